@@ -1,0 +1,1 @@
+"""The `testbed` command line: thin typer commands over orchestrator/ and analysis/."""

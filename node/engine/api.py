@@ -1,0 +1,153 @@
+"""What goes into and comes out of every engine: the Router interface, trace
+events and the Output value, plus the builder that merges everything one input
+produces for a peer into a single RPC (the spec's control piggybacking)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Protocol
+
+from node.wire import (
+    Control,
+    Graft,
+    IHave,
+    IWant,
+    Message,
+    MessageId,
+    PeerId,
+    Prune,
+    Rpc,
+    SubOpts,
+)
+
+NS = 1_000_000_000
+
+FLOODSUB_ID = "/floodsub/1.0.0"
+MESHSUB_ID = "/meshsub/1.0.0"
+RANDOMSUB_ID = "/randomsub/1.0.0"
+
+
+class TraceType(IntEnum):
+    """go-libp2p-pubsub's TraceEvent.Type numbers."""
+
+    PUBLISH_MESSAGE = 0
+    REJECT_MESSAGE = 1
+    DUPLICATE_MESSAGE = 2
+    DELIVER_MESSAGE = 3
+    ADD_PEER = 4
+    REMOVE_PEER = 5
+    RECV_RPC = 6
+    SEND_RPC = 7
+    DROP_RPC = 8
+    JOIN = 9
+    LEAVE = 10
+    GRAFT = 11
+    PRUNE = 12
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    """One trace event; `peer` is receivedFrom, sendTo, or the peer added,
+    removed, grafted or pruned, depending on the type."""
+
+    type: TraceType
+    timestamp: int
+    message_id: MessageId = b""
+    topic: str = ""
+    peer: PeerId = b""
+    reason: str = ""
+    protocol: str = ""
+    rpc: Rpc | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    sends: tuple[tuple[PeerId, Rpc], ...] = ()
+    deliveries: tuple[Message, ...] = ()
+    trace: tuple[TraceEvent, ...] = ()
+
+
+class Router(Protocol):
+    """The inputs every engine takes. `now` is in nanoseconds."""
+
+    peer_id: PeerId
+    protocol_id: str
+    heartbeat_interval: int
+    first_heartbeat: int
+
+    def add_peer(self, now: int, peer: PeerId, protocol: str) -> Output: ...
+    def remove_peer(self, now: int, peer: PeerId) -> Output: ...
+    def handle_rpc(self, now: int, peer: PeerId, rpc: Rpc) -> Output: ...
+    def join(self, now: int, topic: str) -> Output: ...
+    def leave(self, now: int, topic: str) -> Output: ...
+    def publish(self, now: int, topic: str, data: bytes) -> Output: ...
+    def publish_message(self, now: int, msg: Message) -> Output: ...
+    def heartbeat(self, now: int) -> Output: ...
+
+
+@dataclass
+class _Pending:
+    subscriptions: list[SubOpts] = field(default_factory=list)
+    publish: list[Message] = field(default_factory=list)
+    ihave: list[IHave] = field(default_factory=list)
+    iwant: list[IWant] = field(default_factory=list)
+    graft: list[Graft] = field(default_factory=list)
+    prune: list[Prune] = field(default_factory=list)
+
+    def rpc(self) -> Rpc:
+        control = None
+        if self.ihave or self.iwant or self.graft or self.prune:
+            control = Control(
+                tuple(self.ihave), tuple(self.iwant), tuple(self.graft), tuple(self.prune)
+            )
+        return Rpc(tuple(self.subscriptions), tuple(self.publish), control)
+
+
+class OutputBuilder:
+    """Collects what one input produces; `build()` emits one RPC per peer, in the
+    order peers were first addressed, so runs are reproducible."""
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+        self._pending: dict[PeerId, _Pending] = {}
+        self.deliveries: list[Message] = []
+        self.trace: list[TraceEvent] = []
+
+    def _to(self, peer: PeerId) -> _Pending:
+        pending = self._pending.get(peer)
+        if pending is None:
+            pending = self._pending[peer] = _Pending()
+        return pending
+
+    def subscription(self, peer: PeerId, subscribe: bool, topic: str) -> None:
+        self._to(peer).subscriptions.append(SubOpts(subscribe, topic))
+
+    def forward(self, peer: PeerId, msg: Message) -> None:
+        self._to(peer).publish.append(msg)
+
+    def ihave(self, peer: PeerId, topic: str, ids: tuple[MessageId, ...]) -> None:
+        self._to(peer).ihave.append(IHave(topic, ids))
+
+    def iwant(self, peer: PeerId, ids: tuple[MessageId, ...]) -> None:
+        self._to(peer).iwant.append(IWant(ids))
+
+    def graft(self, peer: PeerId, topic: str) -> None:
+        self._to(peer).graft.append(Graft(topic))
+
+    def prune(self, peer: PeerId, topic: str) -> None:
+        self._to(peer).prune.append(Prune(topic))
+
+    def deliver(self, msg: Message, received_from: PeerId) -> None:
+        self.deliveries.append(msg)
+        self.event(TraceType.DELIVER_MESSAGE, message_id=msg.id, topic=msg.topic, peer=received_from)
+
+    def event(self, type_: TraceType, **fields: object) -> None:
+        self.trace.append(TraceEvent(type_, self.now, **fields))  # type: ignore[arg-type]
+
+    def build(self) -> Output:
+        return Output(
+            tuple((peer, pending.rpc()) for peer, pending in self._pending.items()),
+            tuple(self.deliveries),
+            tuple(self.trace),
+        )

@@ -1,0 +1,211 @@
+"""The router-agnostic part of libp2p pubsub that every engine shares: known
+peers and their protocols, which topics each peer subscribes to, our own
+subscriptions and their announcements (hello on connect, SUBSCRIBE/UNSUBSCRIBE
+on join/leave), the seen cache, and the message-processing pipeline up to the
+point where a router decides whom to forward to.
+
+Subclasses implement `_forward` (where a message goes) and may override the
+hooks for peers, joins, leaves, control messages and the heartbeat.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+
+from node.engine.api import NS, Output, OutputBuilder, TraceType
+from node.engine.caches import SeenCache
+from node.wire import Control, Message, PeerId, Rpc, seqno_bytes
+
+Validator = Callable[[Message], bool]
+
+
+def sample_sorted(rng: random.Random, peers: Iterable[PeerId], k: int) -> list[PeerId]:
+    """Up to k peers chosen at random. Sorting first keeps the choice a pure
+    function of the seed: set order of bytes depends on PYTHONHASHSEED."""
+    pool = sorted(peers)
+    if k >= len(pool):
+        rng.shuffle(pool)
+        return pool
+    return rng.sample(pool, k)
+
+
+class PubSubRouter:
+    protocol_id: str = ""
+    supported_protocols: frozenset[str] = frozenset()
+
+    def __init__(
+        self,
+        peer_id: PeerId,
+        rng: random.Random,
+        *,
+        seen_ttl: float,
+        heartbeat_interval: float,
+        heartbeat_initial_delay: float,
+        validator: Validator | None = None,
+    ) -> None:
+        self.peer_id = peer_id
+        self.rng = rng
+        self.heartbeat_interval = round(heartbeat_interval * NS)
+        self.first_heartbeat = round(heartbeat_initial_delay * NS)
+        self.validator = validator
+        self.peers: dict[PeerId, str] = {}
+        self.topics: dict[str, set[PeerId]] = {}
+        self.subscriptions: set[str] = set()
+        self.seen = SeenCache(round(seen_ttl * NS))
+        self._seqno = 0
+
+    def topic_peers(self, topic: str, protocols: frozenset[str] | None = None) -> set[PeerId]:
+        peers = self.topics.get(topic, set())
+        if protocols is None:
+            return set(peers)
+        return {p for p in peers if self.peers.get(p) in protocols}
+
+    def add_peer(self, now: int, peer: PeerId, protocol: str) -> Output:
+        out = OutputBuilder(now)
+        if peer in self.peers or peer == self.peer_id:
+            return out.build()
+        self.peers[peer] = protocol
+        out.event(TraceType.ADD_PEER, peer=peer, protocol=protocol)
+        for topic in sorted(self.subscriptions):
+            out.subscription(peer, True, topic)
+        self._peer_added(out, peer)
+        return out.build()
+
+    def remove_peer(self, now: int, peer: PeerId) -> Output:
+        out = OutputBuilder(now)
+        if self.peers.pop(peer, None) is None:
+            return out.build()
+        for peers in self.topics.values():
+            peers.discard(peer)
+        self._peer_removed(out, peer)
+        out.event(TraceType.REMOVE_PEER, peer=peer)
+        return out.build()
+
+    def handle_rpc(self, now: int, peer: PeerId, rpc: Rpc) -> Output:
+        out = OutputBuilder(now)
+        if peer not in self.peers:
+            return out.build()
+        out.event(TraceType.RECV_RPC, peer=peer, rpc=rpc)
+        for sub in rpc.subscriptions:
+            if sub.subscribe:
+                self.topics.setdefault(sub.topic, set()).add(peer)
+            else:
+                self.topics.get(sub.topic, set()).discard(peer)
+                self._peer_unsubscribed(out, peer, sub.topic)
+        for msg in rpc.publish:
+            self._receive(out, peer, msg)
+        if rpc.control is not None:
+            self._control(out, peer, rpc.control)
+        return out.build()
+
+    def join(self, now: int, topic: str) -> Output:
+        out = OutputBuilder(now)
+        if topic in self.subscriptions:
+            return out.build()
+        self.subscriptions.add(topic)
+        out.event(TraceType.JOIN, topic=topic)
+        for peer in sorted(self.peers):
+            out.subscription(peer, True, topic)
+        self._joined(out, topic)
+        return out.build()
+
+    def leave(self, now: int, topic: str) -> Output:
+        out = OutputBuilder(now)
+        if topic not in self.subscriptions:
+            return out.build()
+        self.subscriptions.discard(topic)
+        out.event(TraceType.LEAVE, topic=topic)
+        for peer in sorted(self.peers):
+            out.subscription(peer, False, topic)
+        self._left(out, topic)
+        return out.build()
+
+    def publish(self, now: int, topic: str, data: bytes) -> Output:
+        self._seqno += 1
+        return self.publish_message(now, Message(self.peer_id, data, seqno_bytes(self._seqno), topic))
+
+    def publish_message(self, now: int, msg: Message) -> Output:
+        """Publish a message built elsewhere: the reference simulator's injection
+        hands one message (one id) to several nodes."""
+        out = OutputBuilder(now)
+        mid = msg.id
+        if self.seen.has(now, mid):
+            return out.build()
+        self.seen.add(now, mid)
+        out.event(TraceType.PUBLISH_MESSAGE, message_id=mid, topic=msg.topic)
+        self._accepted(out, msg)
+        self._forward(out, msg, received_from=None)
+        return out.build()
+
+    def heartbeat(self, now: int) -> Output:
+        out = OutputBuilder(now)
+        self._heartbeat(out)
+        return out.build()
+
+    def _receive(self, out: OutputBuilder, sender: PeerId, msg: Message) -> None:
+        """Payload processing: subscribed, seen, self-origin, validation, then
+        deliver and forward."""
+        if not self._wants(msg):
+            return
+        mid = msg.id
+        now = out.now
+        if self.seen.has(now, mid):
+            out.event(TraceType.DUPLICATE_MESSAGE, message_id=mid, topic=msg.topic, peer=sender)
+            return
+        if msg.from_peer == self.peer_id:
+            out.event(
+                TraceType.REJECT_MESSAGE, message_id=mid, topic=msg.topic, peer=sender,
+                reason="self-origin",
+            )
+            return
+        if self.validator is not None and not self.validator(msg):
+            out.event(
+                TraceType.REJECT_MESSAGE, message_id=mid, topic=msg.topic, peer=sender,
+                reason="validation failed",
+            )
+            return
+        self.seen.add(now, mid)
+        out.deliver(msg, sender)
+        self._accepted(out, msg)
+        self._forward(out, msg, received_from=sender)
+
+    def _wants(self, msg: Message) -> bool:
+        """Messages for topics we do not subscribe to are ignored, as
+        go-libp2p-pubsub does."""
+        return msg.topic in self.subscriptions
+
+    def _accepted(self, out: OutputBuilder, msg: Message) -> None:
+        """A message passed processing (published or received first time)."""
+
+    def _forward(self, out: OutputBuilder, msg: Message, received_from: PeerId | None) -> None:
+        raise NotImplementedError
+
+    def _peer_added(self, out: OutputBuilder, peer: PeerId) -> None:
+        """A new peer was added."""
+
+    def _peer_removed(self, out: OutputBuilder, peer: PeerId) -> None:
+        """A peer went away."""
+
+    def _peer_unsubscribed(self, out: OutputBuilder, peer: PeerId, topic: str) -> None:
+        """A peer announced it left a topic."""
+
+    def _joined(self, out: OutputBuilder, topic: str) -> None:
+        """We joined a topic."""
+
+    def _left(self, out: OutputBuilder, topic: str) -> None:
+        """We left a topic."""
+
+    def _control(self, out: OutputBuilder, peer: PeerId, control: Control) -> None:
+        """Control messages; routers without them ignore them."""
+
+    def _heartbeat(self, out: OutputBuilder) -> None:
+        """Periodic maintenance; nothing for routers that have none."""
+
+    @staticmethod
+    def _excluded(msg: Message, received_from: PeerId | None) -> set[PeerId]:
+        """Never forward back to the sender or to the origin."""
+        excluded = {msg.from_peer}
+        if received_from is not None:
+            excluded.add(received_from)
+        return excluded

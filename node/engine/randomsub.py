@@ -1,0 +1,45 @@
+"""randomsub: forward every new message to at most D peers of the topic chosen
+at random per message, the baseline the gossipsub paper compares meshes with.
+No mesh, no control messages."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from node.engine.api import FLOODSUB_ID, RANDOMSUB_ID, OutputBuilder
+from node.engine.pubsub import PubSubRouter, Validator, sample_sorted
+from node.wire import Message, PeerId
+
+
+@dataclass(frozen=True)
+class RandomSubParams:
+    D: int = 6
+    seen_ttl: float = 120.0
+
+    def check(self) -> None:
+        if self.D < 1:
+            raise ValueError("D must be at least 1")
+        if self.seen_ttl <= 0:
+            raise ValueError("seen_ttl must be positive")
+
+
+class RandomSubRouter(PubSubRouter):
+    protocol_id = RANDOMSUB_ID
+    supported_protocols = frozenset({RANDOMSUB_ID, FLOODSUB_ID})
+
+    def __init__(
+        self, peer_id: PeerId, rng: random.Random, params: RandomSubParams,
+        validator: Validator | None = None,
+    ) -> None:
+        params.check()
+        super().__init__(
+            peer_id, rng, seen_ttl=params.seen_ttl, heartbeat_interval=1.0,
+            heartbeat_initial_delay=1.0, validator=validator,
+        )
+        self.params = params
+
+    def _forward(self, out: OutputBuilder, msg: Message, received_from: PeerId | None) -> None:
+        candidates = self.topic_peers(msg.topic) - self._excluded(msg, received_from)
+        for peer in sorted(sample_sorted(self.rng, candidates, self.params.D)):
+            out.forward(peer, msg)

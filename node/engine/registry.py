@@ -1,0 +1,65 @@
+"""Router kinds by the names experiment files use, with their parameter classes,
+so that one place maps `router: gossipsub` and its parameters to an engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from node.engine.api import Router
+from node.engine.floodsub import FloodSubParams, FloodSubRouter
+from node.engine.gossipsub import GossipSubParams, GossipSubRouter
+from node.engine.randomsub import RandomSubParams, RandomSubRouter
+from node.engine.simsub import SimSubParams, SimSubRouter
+from node.wire import PeerId
+
+
+@dataclass(frozen=True)
+class RouterKind:
+    name: str
+    params: type
+    build: Callable[[PeerId, random.Random, Any], Router]
+    fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def make_params(self, values: Mapping[str, Any]) -> Any:
+        """Parameters from a mapping; unknown names or bad values raise
+        ValueError naming the parameter."""
+        known = {f.name for f in dataclasses.fields(self.params)} - set(self.fixed)
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown parameter {unknown[0]!r} for router {self.name} (known: {', '.join(sorted(known))})"
+            )
+        params = self.params(**{**values, **self.fixed})
+        params.check()
+        return params
+
+
+ROUTERS: dict[str, RouterKind] = {
+    "floodsub": RouterKind("floodsub", FloodSubParams, FloodSubRouter),
+    "randomsub": RouterKind("randomsub", RandomSubParams, RandomSubRouter),
+    "meshsub": RouterKind("meshsub", GossipSubParams, GossipSubRouter, {"gossip": False}),
+    "gossipsub": RouterKind("gossipsub", GossipSubParams, GossipSubRouter, {"gossip": True}),
+    "simsub": RouterKind("simsub", SimSubParams, SimSubRouter),
+}
+
+
+def make_router(name: str, peer_id: PeerId, seed: int, params: Mapping[str, Any] | None = None) -> Router:
+    """An engine of the named kind with its own RNG seeded by `seed`."""
+    try:
+        kind = ROUTERS[name]
+    except KeyError:
+        raise ValueError(f"unknown router {name!r} (known: {', '.join(ROUTERS)})") from None
+    return kind.build(peer_id, random.Random(seed), kind.make_params(params or {}))
+
+
+def negotiate(ours: frozenset[str], theirs: frozenset[str], preferred: str) -> str | None:
+    """The protocol two peers speak: our own if they support it, else any
+    protocol both support (floodsub, as libp2p's multistream would pick)."""
+    if preferred in theirs:
+        return preferred
+    common = sorted(ours & theirs)
+    return common[0] if common else None

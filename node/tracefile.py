@@ -1,0 +1,142 @@
+"""Trace files: go-libp2p-pubsub TraceEvent protobufs, each prefixed by its
+uvarint length, exactly as go's PBTracer writes them, so our traces and theirs
+are read by the same code.
+
+`to_proto` turns an engine's TraceEvent into the protobuf; `rpc_event` makes the
+SEND_RPC/DROP_RPC events the runtime and the simulator record when they hand an
+RPC to a link or drop it. `TraceWriter` appends and flushes on a bounded
+interval, so a SIGKILL loses at most that much.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from node.codec import FrameDecoder, FrameError, encode_frame
+from node.engine.api import TraceEvent, TraceType
+from node.proto import trace_pb2
+from node.wire import PeerId, Rpc, rpc_size
+
+PB = trace_pb2.TraceEvent
+TRACE_SUFFIX = ".pb"
+MAX_TRACE_EVENT = 16 << 20
+
+
+def _rpc_meta(meta: trace_pb2.TraceEvent.RPCMeta, rpc: Rpc) -> None:
+    for msg in rpc.publish:
+        meta.messages.add(messageID=msg.id, topic=msg.topic)
+    for sub in rpc.subscriptions:
+        meta.subscription.add(subscribe=sub.subscribe, topic=sub.topic)
+    if rpc.control is not None and not rpc.control.is_empty():
+        ctl = meta.control
+        for ihave in rpc.control.ihave:
+            ctl.ihave.add(topic=ihave.topic, messageIDs=ihave.message_ids)
+        for iwant in rpc.control.iwant:
+            ctl.iwant.add(messageIDs=iwant.message_ids)
+        for graft in rpc.control.graft:
+            ctl.graft.add(topic=graft.topic)
+        for prune in rpc.control.prune:
+            ctl.prune.add(topic=prune.topic)
+
+
+def to_proto(ev: TraceEvent, self_id: PeerId) -> trace_pb2.TraceEvent:
+    pb = PB(type=int(ev.type), peerID=self_id, timestamp=ev.timestamp)
+    t = ev.type
+    if t == TraceType.PUBLISH_MESSAGE:
+        pb.publishMessage.SetInParent()
+        pb.publishMessage.messageID = ev.message_id
+        pb.publishMessage.topic = ev.topic
+    elif t == TraceType.REJECT_MESSAGE:
+        r = pb.rejectMessage
+        r.messageID, r.receivedFrom, r.reason, r.topic = ev.message_id, ev.peer, ev.reason, ev.topic
+    elif t == TraceType.DUPLICATE_MESSAGE:
+        d = pb.duplicateMessage
+        d.messageID, d.receivedFrom, d.topic = ev.message_id, ev.peer, ev.topic
+    elif t == TraceType.DELIVER_MESSAGE:
+        d = pb.deliverMessage
+        d.messageID, d.topic, d.receivedFrom = ev.message_id, ev.topic, ev.peer
+    elif t == TraceType.ADD_PEER:
+        pb.addPeer.peerID, pb.addPeer.proto = ev.peer, ev.protocol
+    elif t == TraceType.REMOVE_PEER:
+        pb.removePeer.peerID = ev.peer
+    elif t in (TraceType.RECV_RPC, TraceType.SEND_RPC, TraceType.DROP_RPC):
+        rpc = ev.rpc if ev.rpc is not None else Rpc()
+        if t == TraceType.RECV_RPC:
+            sub = pb.recvRPC
+            sub.receivedFrom = ev.peer
+        else:
+            sub = pb.sendRPC if t == TraceType.SEND_RPC else pb.dropRPC
+            sub.sendTo = ev.peer
+        sub.meta.SetInParent()
+        _rpc_meta(sub.meta, rpc)
+        sub.size = rpc_size(rpc)
+    elif t == TraceType.JOIN:
+        pb.join.topic = ev.topic
+    elif t == TraceType.LEAVE:
+        pb.leave.topic = ev.topic
+    elif t == TraceType.GRAFT:
+        pb.graft.peerID, pb.graft.topic = ev.peer, ev.topic
+    elif t == TraceType.PRUNE:
+        pb.prune.peerID, pb.prune.topic = ev.peer, ev.topic
+    return pb
+
+
+def rpc_event(type_: TraceType, now: int, peer: PeerId, rpc: Rpc) -> TraceEvent:
+    """SEND_RPC when an RPC is handed to a link, DROP_RPC when it is dropped
+    instead (go-libp2p-pubsub records one or the other, never both)."""
+    return TraceEvent(type_, now, peer=peer, rpc=rpc)
+
+
+class TraceWriter:
+    """Appends length-prefixed TraceEvents to a file, flushing at most
+    `flush_interval_ns` after an event was written (checked on every write and
+    by `maybe_flush`, which the runtime calls from a timer)."""
+
+    def __init__(self, path: Path, self_id: PeerId, flush_interval_ns: int = 100_000_000) -> None:
+        self.path = path
+        self.self_id = self_id
+        self.flush_interval_ns = flush_interval_ns
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: BinaryIO = open(path, "ab")
+        self._dirty_since: int | None = None
+        self.events_written = 0
+
+    def write(self, events: tuple[TraceEvent, ...] | list[TraceEvent], now: int) -> None:
+        if not events:
+            return
+        chunks = [encode_frame(to_proto(ev, self.self_id).SerializeToString(), MAX_TRACE_EVENT) for ev in events]
+        self._file.write(b"".join(chunks))
+        self.events_written += len(events)
+        if self._dirty_since is None:
+            self._dirty_since = now
+        self.maybe_flush(now)
+
+    def maybe_flush(self, now: int) -> None:
+        if self._dirty_since is not None and now - self._dirty_since >= self.flush_interval_ns:
+            self.flush()
+
+    def flush(self) -> None:
+        self._file.flush()
+        self._dirty_since = None
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            self._file.close()
+
+
+def read_trace(path: Path) -> Iterator[trace_pb2.TraceEvent]:
+    """Every event in a trace file. A truncated last frame (a node killed while
+    writing) ends the iteration quietly; corrupt frames raise FrameError."""
+    decoder = FrameDecoder(MAX_TRACE_EVENT)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            for frame in decoder.feed(chunk):
+                ev = PB()
+                try:
+                    ev.ParseFromString(frame)
+                except Exception as exc:  # protobuf's DecodeError and friends
+                    raise FrameError(f"{path}: undecodable trace event: {exc}") from None
+                yield ev
