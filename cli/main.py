@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import importlib
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from orchestrator.errors import TestbedError
+from orchestrator.version import tool_version
 
 COMMAND_MODULES: list[str] = [
+    "cli.node_cmd",
+    "cli.testbed_cmd",
+    "cli.image_cmd",
+    "cli.spec_cmd",
+    "cli.sim_cmd",
+    "cli.analysis_cmd",
 ]
 
 app = typer.Typer(
@@ -24,13 +31,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 err_console = Console(stderr=True)
-
-
-def tool_version() -> str:
-    try:
-        return version("gossip-testbed")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 def _version(value: bool) -> None:
@@ -56,7 +56,7 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except TestbedError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
+        err_console.print("[bold red]error:[/]", escape(str(exc)), soft_wrap=True)
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -71,5 +71,5 @@ def main() -> None:
         if show is not None:
             show()
         else:
-            err_console.print(f"[bold red]error:[/] {exc}")
+            err_console.print("[bold red]error:[/]", escape(str(exc)), soft_wrap=True)
         sys.exit(code)

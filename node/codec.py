@@ -61,7 +61,12 @@ class FrameDecoder:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> Iterator[bytes]:
+        """Buffer `data` now and return an iterator over the complete frames;
+        the bytes are kept even if the iterator is never consumed."""
         self._buf += data
+        return self._frames()
+
+    def _frames(self) -> Iterator[bytes]:
         pos = 0
         try:
             while True:

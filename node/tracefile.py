@@ -24,6 +24,13 @@ TRACE_SUFFIX = ".pb"
 MAX_TRACE_EVENT = 16 << 20
 
 
+def rpc_meta_proto(rpc: Rpc) -> trace_pb2.TraceEvent.RPCMeta:
+    """The RPCMeta summary go-libp2p-pubsub records for a sent or received RPC."""
+    meta = PB.RPCMeta()
+    _rpc_meta(meta, rpc)
+    return meta
+
+
 def _rpc_meta(meta: trace_pb2.TraceEvent.RPCMeta, rpc: Rpc) -> None:
     for msg in rpc.publish:
         meta.messages.add(messageID=msg.id, topic=msg.topic)

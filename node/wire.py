@@ -106,6 +106,14 @@ def encode_rpc(rpc: Rpc) -> bytes:
     return pb.SerializeToString()
 
 
+def _text(value: str | bytes) -> str:
+    """A proto2 string field. protobuf hands back the raw bytes, not an error,
+    when a peer sent invalid UTF-8; a topic must be a str everywhere after."""
+    if isinstance(value, bytes):
+        raise WireError(f"string field is not valid UTF-8: {value[:32]!r}")
+    return value
+
+
 def decode_rpc(data: bytes) -> Rpc:
     """Decode one RPC; unknown fields are skipped, malformed bytes raise WireError."""
     pb = rpc_pb2.RPC()
@@ -114,18 +122,18 @@ def decode_rpc(data: bytes) -> Rpc:
     except DecodeError as exc:
         raise WireError(f"undecodable RPC ({len(data)} bytes): {exc}") from None
     try:
-        subs = tuple(SubOpts(s.subscribe, s.topicid) for s in pb.subscriptions)
+        subs = tuple(SubOpts(s.subscribe, _text(s.topicid)) for s in pb.subscriptions)
         msgs = tuple(
-            Message(getattr(m, "from"), m.data, m.seqno, m.topic) for m in pb.publish
+            Message(getattr(m, "from"), m.data, m.seqno, _text(m.topic)) for m in pb.publish
         )
         control = None
         if pb.HasField("control"):
             c = pb.control
             control = Control(
-                ihave=tuple(IHave(i.topicID, tuple(i.messageIDs)) for i in c.ihave),
+                ihave=tuple(IHave(_text(i.topicID), tuple(i.messageIDs)) for i in c.ihave),
                 iwant=tuple(IWant(tuple(i.messageIDs)) for i in c.iwant),
-                graft=tuple(Graft(g.topicID) for g in c.graft),
-                prune=tuple(Prune(p.topicID) for p in c.prune),
+                graft=tuple(Graft(_text(g.topicID)) for g in c.graft),
+                prune=tuple(Prune(_text(p.topicID)) for p in c.prune),
             )
     except (ValueError, UnicodeDecodeError) as exc:
         raise WireError(f"RPC with invalid field contents: {exc}") from None
@@ -149,13 +157,23 @@ def _str_field(s: str) -> int:
     return _field(len(s.encode()))
 
 
+_SIZE_CACHE_LIMIT = 200_000
+_message_sizes: dict[Message, int] = {}
+
+
 def _message_size(msg: Message) -> int:
-    return (
-        _field(len(msg.from_peer))
-        + _field(len(msg.data))
-        + _field(len(msg.seqno))
-        + _str_field(msg.topic)
-    )
+    """Cached: one message is forwarded in many RPCs."""
+    size = _message_sizes.get(msg)
+    if size is None:
+        if len(_message_sizes) >= _SIZE_CACHE_LIMIT:
+            _message_sizes.clear()
+        size = _message_sizes[msg] = (
+            _field(len(msg.from_peer))
+            + _field(len(msg.data))
+            + _field(len(msg.seqno))
+            + _str_field(msg.topic)
+        )
+    return size
 
 
 def _control_size(control: Control) -> int:

@@ -186,11 +186,14 @@ class GossipSubRouter(PubSubRouter):
             out.iwant(peer, tuple(wanted))
 
     def _on_iwant(self, out: OutputBuilder, peer: PeerId, control: Control) -> None:
-        """IWANT: send every requested message the mcache still holds."""
+        """IWANT: send every requested message the mcache still holds, each
+        once per RPC however often it is asked for (go keys them by id)."""
+        sent: set[MessageId] = set()
         for iwant in control.iwant:
             for mid in iwant.message_ids:
                 msg = self.mcache.get(mid)
-                if msg is not None:
+                if msg is not None and mid not in sent:
+                    sent.add(mid)
                     out.forward(peer, msg)
 
     def _on_graft(self, out: OutputBuilder, peer: PeerId, topic: str) -> None:

@@ -122,7 +122,9 @@ class PubSubRouter:
         return out.build()
 
     def publish(self, now: int, topic: str, data: bytes) -> Output:
-        self._seqno += 1
+        # go-libp2p-pubsub starts the counter at the current time in ns, so a
+        # restarted router never reuses a message id; `now` plays that role.
+        self._seqno = max(self._seqno + 1, now)
         return self.publish_message(now, Message(self.peer_id, data, seqno_bytes(self._seqno), topic))
 
     def publish_message(self, now: int, msg: Message) -> Output:
@@ -144,20 +146,20 @@ class PubSubRouter:
         return out.build()
 
     def _receive(self, out: OutputBuilder, sender: PeerId, msg: Message) -> None:
-        """Payload processing: subscribed, seen, self-origin, validation, then
-        deliver and forward."""
+        """Payload processing: subscribed, self-origin, seen, validation, then
+        deliver and forward (go-libp2p-pubsub's pushMsg order)."""
         if not self._wants(msg):
             return
         mid = msg.id
         now = out.now
-        if self.seen.has(now, mid):
-            out.event(TraceType.DUPLICATE_MESSAGE, message_id=mid, topic=msg.topic, peer=sender)
-            return
         if msg.from_peer == self.peer_id:
             out.event(
                 TraceType.REJECT_MESSAGE, message_id=mid, topic=msg.topic, peer=sender,
                 reason="self-origin",
             )
+            return
+        if self.seen.has(now, mid):
+            out.event(TraceType.DUPLICATE_MESSAGE, message_id=mid, topic=msg.topic, peer=sender)
             return
         if self.validator is not None and not self.validator(msg):
             out.event(

@@ -97,7 +97,9 @@ class SimSubRouter:
         return out.build()
 
     def publish(self, now: int, topic: str, data: bytes) -> Output:
-        self._seqno += 1
+        # go-libp2p-pubsub starts the counter at the current time in ns, so a
+        # restarted router never reuses a message id; `now` plays that role.
+        self._seqno = max(self._seqno + 1, now)
         return self.publish_message(now, Message(self.peer_id, data, seqno_bytes(self._seqno), topic))
 
     def publish_message(self, now: int, msg: Message) -> Output:
@@ -144,6 +146,10 @@ class SimSubRouter:
                 out.forward(peer, msg)
 
     def _on_ihave(self, out: OutputBuilder, source: PeerId, ids: list[MessageId]) -> None:
+        if self.topic is None:
+            # left the topic (testbed extension): a non-member would drop what
+            # it asked for, and ask again on every gossip round
+            return
         iwant = tuple(mid for mid in ids if mid not in self.messages)
         if iwant:
             out.iwant(source, iwant)

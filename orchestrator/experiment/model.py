@@ -8,7 +8,9 @@ Produced by `orchestrator.experiment.spec.load_experiment(path).resolve(seed)`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -92,6 +94,10 @@ class ResolvedExperiment:
     duration: float
     linger: float
     resources: Mapping[str, Any] = field(default_factory=dict)
+    # (a, b) -> LinkParams for ANY pair, from the latency model; None: pairs
+    # outside `links` get `default_link`. Not part of equality (it is a
+    # function of the fields above and the seed).
+    pair_link: Callable[[str, str], LinkParams] | None = field(default=None, compare=False, repr=False)
 
     def node(self, name: str) -> NodeSpec:
         for spec in self.nodes:
@@ -100,8 +106,42 @@ class ResolvedExperiment:
         raise KeyError(name)
 
     def link(self, a: str, b: str) -> LinkParams:
-        """The parameters of the a-b link (either order); pairs not listed
-        (nodes that connect later, e.g. fanout to a non-neighbour) get
-        `default_link` unless the latency model defines every pair."""
+        """The parameters of the a-b link (either order), for any pair: overlay
+        edges from `links`, other pairs (nodes that connect later, e.g. fanout
+        to a non-neighbour) from the latency model (`pair_link`: the same
+        seeded per-pair draw, the same region matrix), else `default_link`."""
         key = (a, b) if a < b else (b, a)
-        return self.links.get(key, self.default_link)
+        params = self.links.get(key)
+        if params is not None:
+            return params
+        if self.pair_link is not None:
+            return self.pair_link(*key)
+        return self.default_link
+
+    def end_time(self) -> float:
+        """When the runners stop, in workload seconds: `duration`, or `linger`
+        after the last publish if that is later."""
+        last = max((p.at for p in self.publishes), default=0.0)
+        return max(self.duration, last + self.linger)
+
+    def digest(self) -> str:
+        """A short hash of everything resolved (not the source path): equal
+        digests mean the same nodes, seeds, overlay, links, workload, churn."""
+        doc = {
+            "name": self.name, "seed": self.seed,
+            "nodes": [
+                [n.name, n.group, n.router, sorted(n.params.items()), list(n.topics), n.seed,
+                 n.region, n.uplink_bps, n.memory, n.cpus]
+                for n in self.nodes
+            ],
+            "edges": [list(e) for e in self.edges],
+            "links": [[a, b, p.latency_ms, p.jitter_ms, p.loss] for (a, b), p in sorted(self.links.items())],
+            "default_link": [self.default_link.latency_ms, self.default_link.jitter_ms, self.default_link.loss],
+            "publishes": [[p.seq, p.at, p.topic, p.size, p.publisher, list(p.via)] for p in self.publishes],
+            "churn": [[c.at, c.action, list(c.nodes), c.topic, list(c.peers), c.source] for c in self.churn],
+            "expectations": [e.text for e in self.expectations],
+            "duration": self.duration, "linger": self.linger,
+            "resources": sorted((str(k), repr(v)) for k, v in self.resources.items()),
+        }
+        text = json.dumps(doc, sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,104 @@
+"""Writers for the generic files of a run directory (docs/architecture.md):
+experiment.resolved.yaml, topology.json, manifest.json and events.jsonl.
+
+Shared by the simulator and the real backends, so every run directory has the
+same layout whatever produced it. `RunWriter.event` appends one JSON line and
+flushes it at once: events.jsonl is the run's log and must survive a crash of
+the orchestrator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+from orchestrator.experiment.model import ResolvedExperiment
+
+RESOLVED_YAML = "experiment.resolved.yaml"
+TOPOLOGY_JSON = "topology.json"
+MANIFEST_JSON = "manifest.json"
+EVENTS_JSONL = "events.jsonl"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def topology_dict(resolved: ResolvedExperiment) -> dict[str, Any]:
+    nodes = [
+        {
+            "name": n.name, "group": n.group, "router": n.router, "topics": list(n.topics),
+            "region": n.region, "uplink_bps": n.uplink_bps,
+        }
+        for n in resolved.nodes
+    ]
+    edges = []
+    for a, b in resolved.edges:
+        link = resolved.link(a, b)
+        edges.append({
+            "a": a, "b": b, "latency_ms": link.latency_ms, "jitter_ms": link.jitter_ms, "loss": link.loss,
+        })
+    return {"nodes": nodes, "edges": edges}
+
+
+def host_facts() -> dict[str, Any]:
+    """What the manifest says about the machine the run ran on."""
+    memory = None
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "memory_bytes": memory,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "hostname": platform.node(),
+    }
+
+
+class RunWriter:
+    """Writes one run directory. Thread-safe for `event` (the controller's
+    churn and workload may log from helper threads)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._events: IO[str] | None = None
+        self._lock = threading.Lock()
+
+    def event(self, t_ns: int, kind: str, **fields: Any) -> None:
+        line = json.dumps({"t_ns": int(t_ns), "kind": kind, **fields}, sort_keys=False)
+        with self._lock:
+            if self._events is None:
+                self._events = open(self.run_dir / EVENTS_JSONL, "a")
+            self._events.write(line + "\n")
+            self._events.flush()
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        _write_atomic(self.run_dir / MANIFEST_JSON, json.dumps(manifest, indent=1, default=str) + "\n")
+
+    def write_topology(self, resolved: ResolvedExperiment) -> None:
+        _write_atomic(self.run_dir / TOPOLOGY_JSON, json.dumps(topology_dict(resolved), indent=1) + "\n")
+
+    def write_resolved(self, resolved_yaml_text: str) -> None:
+        _write_atomic(self.run_dir / RESOLVED_YAML, resolved_yaml_text)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._events is not None:
+                self._events.close()
+                self._events = None
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,113 @@
+"""The ready experiment files in topologies/, and the JSON Schema."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator import graphs
+from orchestrator.experiment import spec
+from orchestrator.experiment.spec import experiment_json_schema, load_experiment, parse_experiment, resolved_to_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = sorted((ROOT / "topologies").glob("*.yaml"))
+
+
+def test_the_expected_files_exist():
+    names = {f.name for f in FILES}
+    assert {"quick.yaml", "simsub-100.yaml", "simsub-1000.yaml", "churn-30.yaml", "ci-smoke.yaml",
+            "floodsub-50.yaml", "gossipsub-50.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_topology_validates_resolves_and_round_trips(path: Path):
+    assert path.read_text().startswith("#"), "each file starts with a comment saying what it is for"
+    e = load_experiment(path)
+    r = e.resolve()
+    assert r.name == path.stem and r.seed == 1
+    assert r.nodes and r.edges and r.publishes and r.expectations
+    assert graphs.components([n.name for n in r.nodes], r.edges) == 1
+    assert all(p.at <= r.duration for p in r.publishes)
+    assert all(c.at <= r.duration for c in r.churn)
+    again = parse_experiment(resolved_to_yaml(r, e), "experiment.resolved.yaml").resolve()
+    assert again.digest() == r.digest()
+
+
+def test_simsub_reference_setups():
+    for name, n, m, interval in (("simsub-100", 100, 10, 1.0), ("simsub-1000", 1000, 100, 0.1)):
+        r = load_experiment(ROOT / "topologies" / f"{name}.yaml").resolve()
+        assert len(r.nodes) == n and {x.router for x in r.nodes} == {"simsub"}
+        deg = graphs.degrees([x.name for x in r.nodes], r.edges)
+        assert min(deg.values()) >= 10
+        assert all(10 <= p.latency_ms <= 150 for p in r.links.values())
+        assert len(r.publishes) == m
+        assert r.publishes[1].at - r.publishes[0].at == pytest.approx(interval)
+        assert all(p.publisher is None and len(set(p.via)) == 5 for p in r.publishes)
+
+
+def test_churn_30_churns_30_percent():
+    r = load_experiment(ROOT / "topologies" / "churn-30.yaml").resolve()
+    churned = {n for c in r.churn for n in c.nodes}
+    assert len(churned) == 30 and len(r.nodes) == 100
+    assert {c.action for c in r.churn} == {"kill", "start"}
+    assert not churned & {p.publisher for p in r.publishes}
+
+
+def test_quick_kills_and_restarts_one_node():
+    r = load_experiment(ROOT / "topologies" / "quick.yaml").resolve()
+    assert [(c.action, c.nodes) for c in r.churn] == [("kill", ("n7",)), ("start", ("n7",))]
+    assert 12 <= len(r.nodes) <= 20
+
+
+def test_floodsub_and_gossipsub_50_differ_only_in_the_router():
+    def body(name: str) -> dict:
+        d = yaml.safe_load((ROOT / "topologies" / f"{name}-50.yaml").read_text())
+        d.pop("name")
+        d["nodes"].pop("router")
+        return d
+
+    assert body("floodsub") == body("gossipsub")
+    f = load_experiment(ROOT / "topologies" / "floodsub-50.yaml").resolve()
+    g = load_experiment(ROOT / "topologies" / "gossipsub-50.yaml").resolve()
+    assert f.edges == g.edges and f.links == g.links and f.publishes == g.publishes and f.churn == g.churn
+    assert [n.seed for n in f.nodes] == [n.seed for n in g.nodes]
+    assert {n.router for n in f.nodes} == {"floodsub"} and {n.router for n in g.nodes} == {"gossipsub"}
+
+
+def test_schema_keys_match_the_loader():
+    s = experiment_json_schema()
+    p = s["properties"]
+    assert set(p) == set(spec.TOP_KEYS)
+    assert set(p["nodes"]["properties"]) == set(spec.GROUP_KEYS)
+    assert set(p["nodes"]["properties"]["resources"]["properties"]) == set(spec.RESOURCE_KEYS)
+    assert set(p["overlay"]["properties"]) == set(spec.OVERLAY_KEYS)
+    assert set(p["links"]["properties"]) == set(spec.LINKS_KEYS)
+    assert set(p["links"]["properties"]["latency"]["anyOf"][1]["properties"]) == set(spec.LATENCY_KEYS)
+    workload = p["workload"]["anyOf"][0]
+    assert set(workload["properties"]) == set(spec.WORKLOAD_KEYS)
+    assert set(workload["properties"]["publishers"]["anyOf"][2]["properties"]) == set(spec.SELECTOR_KEYS)
+    churn = p["churn"]["properties"]
+    assert set(p["churn"]["properties"]) == set(spec.CHURN_KEYS)
+    assert set(churn["timeline"]["items"]["properties"]) == set(spec.ENTRY_KEYS)
+    assert set(churn["steady"]["properties"]) == set(spec.STEADY_KEYS)
+    assert set(churn["steady"]["properties"]["session"]["properties"]) == set(spec.DIST_KEYS)
+
+
+def test_schema_accepts_the_topologies_when_jsonschema_is_available():
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = experiment_json_schema()
+    for path in FILES:
+        jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+
+
+def test_model_link_without_pair_function_falls_back_to_default():
+    r = load_experiment(ROOT / "topologies" / "ci-smoke.yaml").resolve()
+    bare = dataclasses.replace(r, pair_link=None)
+    a, b = r.edges[0]
+    assert bare.link(a, b) == r.link(a, b)
+    non_edge = next((x, y) for x in ("n0",) for y in (n.name for n in r.nodes) if y != x and (x, y) not in r.edges and (y, x) not in r.edges)
+    assert bare.link(*non_edge) == r.default_link
+    assert r.link(*non_edge).latency_ms == 10
