@@ -1,0 +1,363 @@
+"""Testbed lifecycle commands, containerlab-style verbs:
+
+    testbed up FILE        start a testbed and leave it running (meshed, no workload)
+    testbed status [NAME]  what is up; per node: state, peers, mesh, messages, lag
+    testbed publish NAME   publish messages through a node
+    testbed churn NAME ACTION SELECTOR
+    testbed down [NAME | --all]
+    testbed run FILE       up + workload + churn + collection + down, then analysis
+
+Thin: everything happens in orchestrator.controller. Bad input is one clear
+error and exit 2 before anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.errors import InputError
+
+console = Console()
+err = Console(stderr=True)
+
+CHURN_VERBS = ("kill", "stop", "start", "restart", "pause", "unpause", "disconnect", "reconnect", "leave", "join")
+
+
+def _load(file: Path, seed: int | None):
+    from orchestrator.experiment.spec import load_experiment, resolved_to_yaml  # noqa: PLC0415
+
+    if not file.is_file():
+        raise InputError(f"{file}: no such experiment file")
+    experiment = load_experiment(file)
+    resolved = experiment.resolve(seed)
+    return resolved, resolved_to_yaml(resolved, experiment)
+
+
+def _backend(requested: str | None, quiet: bool) -> str:
+    from orchestrator.controller import BACKENDS, default_backend  # noqa: PLC0415
+
+    if requested is not None:
+        if requested not in BACKENDS:
+            raise InputError(f"--backend {requested!r}: choose one of {', '.join(sorted(BACKENDS))}")
+        return requested
+    name, why = default_backend()
+    if not quiet:
+        err.print(f"[dim]{why}[/]")
+    return name
+
+
+def _reporter(quiet: bool):
+    from orchestrator.controller import Reporter, RichReporter  # noqa: PLC0415
+
+    return Reporter() if quiet else RichReporter(err)
+
+
+def _echo_json(doc: Any) -> None:
+    typer.echo(json.dumps(doc, indent=1, default=str))
+
+
+# up / run
+
+def up(
+    file: Path = typer.Argument(..., help="Experiment file (YAML)."),
+    backend: str | None = typer.Option(None, help="process or docker (default: docker when a daemon is reachable)."),
+    name: str | None = typer.Option(None, help="Testbed name (default: the experiment's name)."),
+    seed: int | None = typer.Option(None, help="Override the experiment's seed."),
+    out: Path | None = typer.Option(None, help="Run directory (default runs/<name>-<time>-<backend>)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the nodes as JSON."),
+) -> None:
+    """Start a testbed and leave it running: nodes up and meshed, no workload."""
+    from orchestrator.controller import Controller, down_testbed  # noqa: PLC0415
+
+    resolved, resolved_yaml = _load(file, seed)
+    backend_name = _backend(backend, as_json)
+    ctl = Controller.create(resolved, resolved_yaml, backend_name, name, out, reporter=_reporter(as_json))
+    try:
+        ctl.up()
+    except BaseException:
+        err.print(f"[red]up failed; tearing {ctl.testbed} down[/]")
+        down_testbed(ctl.testbed, ctl.store)
+        raise
+    rows = _node_rows(ctl)
+    if as_json:
+        _echo_json({"testbed": ctl.testbed, "backend": backend_name, "run_dir": str(ctl.run_dir), "nodes": rows})
+        return
+    console.print(_node_table(ctl.testbed, rows))
+    console.print(f"testbed [bold]{ctl.testbed}[/] is up ({backend_name}); run directory: [bold]{ctl.run_dir}[/]")
+    console.print(f"next: testbed publish {ctl.testbed} | testbed churn {ctl.testbed} kill 1 | testbed down {ctl.testbed}")
+
+
+def run(
+    file: Path = typer.Argument(..., help="Experiment file (YAML)."),
+    backend: str | None = typer.Option(None, help="process or docker (default: docker when a daemon is reachable)."),
+    seed: int | None = typer.Option(None, help="Override the experiment's seed."),
+    out: Path | None = typer.Option(None, help="Run directory (default runs/<name>-<time>-<backend>)."),
+    report: bool = typer.Option(True, "--report/--no-report", help="Analyse the traces and write report.html."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Run an experiment end to end: up, workload and churn, collection, down,
+    then analysis, report.html and the experiment's expectations (exit 1 when
+    one fails)."""
+    from orchestrator.controller import run_experiment  # noqa: PLC0415
+
+    resolved, resolved_yaml = _load(file, seed)
+    backend_name = _backend(backend, as_json)
+    ctl = run_experiment(resolved, resolved_yaml, backend_name, out, reporter=_reporter(as_json))
+    if as_json:
+        _echo_json({"run_dir": str(ctl.run_dir), "backend": backend_name, "warnings": ctl.warnings})
+    else:
+        for warning in ctl.warnings:
+            err.print(f"[yellow]warning:[/] {warning}")
+        console.print(f"run directory: [bold]{ctl.run_dir}[/]")
+    if not report:
+        return
+    try:
+        from cli.postrun import finish_run  # noqa: PLC0415
+    except ImportError as exc:
+        err.print(f"[yellow]warning:[/] analysis not available ({exc}); traces are in {ctl.run_dir}")
+        return
+    try:
+        finish_run(ctl.run_dir, as_json=as_json)
+    except ImportError as exc:  # part of the analysis package missing on this install
+        err.print(f"[yellow]warning:[/] analysis not available ({exc}); traces are in {ctl.run_dir}")
+
+
+# status
+
+def _node_rows(ctl) -> list[dict[str, Any]]:
+    statuses = ctl.node_statuses()
+    rows = []
+    for name, st in ctl.nodes.items():
+        s = statuses.get(name)
+        state = st.state
+        if st.state == "up" and st.isolated is not None:
+            state = "isolated" if st.isolated == [] else "partitioned"
+        if st.state == "up" and s is None:
+            state = "unreachable" if ctl.backend.is_running(name) else "dead"
+        rows.append({
+            "node": name, "state": state, "router": st.router,
+            "peers": len(s["peers"]) if s else None,
+            "mesh": {t: len(p) for t, p in s["mesh"].items()} if s else {},
+            "delivered": s["counters"]["delivered"] if s else None,
+            "published": s["counters"]["published"] if s else None,
+            "dropped": s["counters"]["dropped"] if s else None,
+            "lag_p99_ms": s["lag"]["p99_ms"] if s else None,
+        })
+    return rows
+
+
+def _node_table(testbed: str, rows: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"testbed {testbed}")
+    for col, justify in (("node", "left"), ("state", "left"), ("router", "left"), ("peers", "right"),
+                         ("mesh", "left"), ("delivered", "right"), ("published", "right"),
+                         ("dropped", "right"), ("lag p99 ms", "right")):
+        table.add_column(col, justify=justify)
+    colors = {"up": "green", "down": "red", "dead": "red", "paused": "yellow", "isolated": "yellow",
+              "partitioned": "yellow", "unreachable": "red"}
+
+    def show(v: Any) -> str:
+        return "-" if v is None else str(v)
+
+    for r in rows:
+        mesh = " ".join(f"{t}:{n}" for t, n in r["mesh"].items()) or "-"
+        table.add_row(
+            r["node"], f"[{colors.get(r['state'], 'white')}]{r['state']}[/]", r["router"], show(r["peers"]), mesh,
+            show(r["delivered"]), show(r["published"]), show(r["dropped"]), show(r["lag_p99_ms"]),
+        )
+    return table
+
+
+def status(
+    name: str | None = typer.Argument(None, help="A testbed (default: list every testbed)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show running testbeds, or the nodes of one."""
+    from orchestrator.controller import Controller  # noqa: PLC0415
+    from orchestrator.state import StateStore  # noqa: PLC0415
+
+    store = StateStore()
+    if name is None:
+        beds = []
+        for bed in store.names():
+            rec = store.load(bed) or {}
+            beds.append({
+                "testbed": bed, "backend": rec.get("backend"), "status": rec.get("status", "unknown"),
+                "nodes": len(rec.get("nodes") or {}), "run_dir": rec.get("run_dir"), "created_at": rec.get("created_at"),
+            })
+        if as_json:
+            _echo_json(beds)
+            return
+        if not beds:
+            console.print("no testbeds are up")
+            return
+        table = Table(title="testbeds")
+        for col in ("testbed", "backend", "status", "nodes", "created", "run directory"):
+            table.add_column(col)
+        for b in beds:
+            table.add_row(b["testbed"], str(b["backend"]), b["status"], str(b["nodes"]), str(b["created_at"]), str(b["run_dir"]))
+        console.print(table)
+        return
+    ctl = Controller.attach(name, store)
+    rows = _node_rows(ctl)
+    rec = ctl.record
+    if as_json:
+        _echo_json({"testbed": name, "backend": rec.get("backend"), "status": rec.get("status"),
+                    "run_dir": rec.get("run_dir"), "nodes": rows})
+        return
+    console.print(_node_table(name, rows))
+    console.print(f"{rec.get('backend')} backend, {rec.get('status')}; run directory: {rec.get('run_dir')}")
+
+
+# publish / churn
+
+def publish(
+    name: str = typer.Argument(..., help="The testbed."),
+    node: str | None = typer.Option(None, help="Publishing node (default: the first node that is up)."),
+    topic: str | None = typer.Option(None, help="Topic (default: the node's first topic)."),
+    size: int = typer.Option(256, min=0, max=16 << 20, help="Payload bytes."),
+    count: int = typer.Option(1, min=1, help="How many messages."),
+    interval: float = typer.Option(0.0, min=0.0, help="Seconds between messages."),
+    as_json: bool = typer.Option(False, "--json", help="Print the message ids as JSON."),
+) -> None:
+    """Publish messages through one node of a running testbed (logged to events.jsonl)."""
+    import time  # noqa: PLC0415
+
+    from orchestrator.controller import Controller  # noqa: PLC0415
+    from orchestrator.experiment.model import Publish  # noqa: PLC0415
+
+    ctl = Controller.attach(name)
+    if node is None:
+        node = next((n for n, st in ctl.nodes.items() if st.reachable), None)
+        if node is None:
+            raise InputError(f"testbed {name}: no node is up")
+    elif node not in ctl.nodes:
+        raise InputError(f"testbed {name} has no node {node!r}")
+    if topic is None:
+        topics = ctl.nodes[node].topics
+        if not topics:
+            raise InputError(f"{node} subscribes to no topic; give --topic")
+        topic = topics[0]
+    mids = []
+    for i in range(count):
+        mid = ctl.publish(Publish(i, 0.0, topic, size, node, (node,)))
+        if mid is None:
+            raise InputError(f"{node} did not publish ({'; '.join(ctl.warnings)})")
+        mids.append(mid)
+        if interval and i + 1 < count:
+            time.sleep(interval)
+    ctl.writer.close()
+    if as_json:
+        _echo_json({"node": node, "topic": topic, "message_ids": mids})
+    else:
+        for mid in mids:
+            console.print(f"{node} published {mid} on {topic}")
+
+
+def select_nodes(selector: str, candidates: list[str], known: list[str], rng: random.Random) -> list[str]:
+    """`n1,n3` (names), `3` (a count) or `10%` (a share of the candidates),
+    the latter two drawn at random from `candidates`."""
+    selector = selector.strip()
+    if m := re.fullmatch(r"(\d+(?:\.\d+)?)%", selector):
+        share = float(m.group(1))
+        if not 0 < share <= 100:
+            raise InputError(f"selector {selector!r}: a percentage must be in (0, 100]")
+        k = max(1, round(len(candidates) * share / 100))
+    elif selector.isdigit():
+        k = int(selector)
+        if k < 1:
+            raise InputError(f"selector {selector!r}: select at least one node")
+    else:
+        names = [n.strip() for n in selector.split(",") if n.strip()]
+        unknown = [n for n in names if n not in known]
+        if not names or unknown:
+            raise InputError(f"selector {selector!r}: unknown node(s) {', '.join(unknown) or '(none given)'}")
+        return names
+    if k > len(candidates):
+        raise InputError(f"selector {selector!r}: only {len(candidates)} node(s) can take this action")
+    return sorted(rng.sample(sorted(candidates), k))
+
+
+def churn(
+    name: str = typer.Argument(..., help="The testbed."),
+    action: str = typer.Argument(..., help=f"One of: {', '.join(CHURN_VERBS)}."),
+    selector: str = typer.Argument(..., help="Node names (n1,n2), a count (3) or a percentage (10%)."),
+    topic: str | None = typer.Option(None, help="Topic for leave/join."),
+    peers: str | None = typer.Option(None, help="For disconnect/reconnect: only from these peers (comma-separated)."),
+    seed: int | None = typer.Option(None, help="Seed for choosing nodes by count or percentage."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Apply one churn action to a running testbed now (logged to events.jsonl)."""
+    from orchestrator.controller import Controller  # noqa: PLC0415
+    from orchestrator.experiment.model import ChurnAction  # noqa: PLC0415
+
+    if action not in CHURN_VERBS:
+        raise InputError(f"unknown action {action!r}: use one of {', '.join(CHURN_VERBS)}")
+    if action in ("leave", "join") and not topic:
+        raise InputError(f"{action} needs --topic")
+    ctl = Controller.attach(name)
+    state_ok = {
+        "kill": lambda s: s.state != "down", "stop": lambda s: s.state != "down", "restart": lambda s: True,
+        "start": lambda s: s.state == "down", "pause": lambda s: s.state == "up",
+        "unpause": lambda s: s.state == "paused", "disconnect": lambda s: s.state == "up" and s.isolated != [],
+        "reconnect": lambda s: s.isolated is not None, "leave": lambda s: s.state == "up" and topic in s.topics,
+        "join": lambda s: s.state == "up" and topic not in s.topics,
+    }[action]
+    candidates = [n for n, s in ctl.nodes.items() if state_ok(s)]
+    nodes = select_nodes(selector, candidates, list(ctl.nodes), random.Random(seed))
+    peer_list = tuple(p.strip() for p in peers.split(",") if p.strip()) if peers else ()
+    unknown = [p for p in peer_list if p not in ctl.nodes]
+    if unknown:
+        raise InputError(f"--peers: unknown node(s) {', '.join(unknown)}")
+    ctl.churn(ChurnAction(0.0, action, tuple(nodes), topic, peer_list, source="cli"))  # type: ignore[arg-type]
+    ctl.drain_churn()
+    ctl.writer.close()
+    if as_json:
+        _echo_json({"testbed": name, "action": action, "nodes": nodes, "warnings": ctl.warnings})
+    else:
+        console.print(f"{action}: {', '.join(nodes)}")
+        for w in ctl.warnings:
+            err.print(f"[yellow]warning:[/] {w}")
+
+
+# down
+
+def down(
+    name: str | None = typer.Argument(None, help="The testbed to remove."),
+    all_: bool = typer.Option(False, "--all", help="Remove every testbed (and anything a killed CLI left)."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was removed as JSON."),
+) -> None:
+    """Stop a testbed (gracefully: traces flushed, manifest written) and remove
+    everything it created. Idempotent; cleans up after a killed CLI too."""
+    from orchestrator.controller import down_all, down_testbed  # noqa: PLC0415
+    from orchestrator.state import check_name  # noqa: PLC0415
+
+    if (name is None) == (not all_):
+        raise InputError("give a testbed NAME or --all (not both)")
+    reporter = _reporter(as_json)
+    if all_:
+        lines = down_all(reporter=reporter)
+    else:
+        lines = down_testbed(check_name(name), reporter=reporter)
+    if as_json:
+        _echo_json({"removed": lines})
+        return
+    for line in lines:
+        console.print(line)
+    console.print(f"down: {'every testbed' if all_ else name}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("up")(up)
+    app.command("status")(status)
+    app.command("publish")(publish)
+    app.command("churn")(churn)
+    app.command("down")(down)
+    app.command("run")(run)

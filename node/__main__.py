@@ -1,0 +1,38 @@
+"""`python -m node --config FILE`: run one router daemon (as `testbed node`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m node", description="Run one gossip-testbed router daemon.")
+    parser.add_argument("--config", required=True, type=Path, help="the node's JSON configuration (NodeConfig)")
+    args = parser.parse_args(argv)
+    return run_from_file(args.config)
+
+
+def run_from_file(path: Path) -> int:
+    from node.config import NodeConfig  # noqa: PLC0415
+    from node.runtime.daemon import run_node  # noqa: PLC0415
+
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
+    )
+    try:
+        cfg = NodeConfig.load(path)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        print(f"error: cannot load node config {path}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run_node(cfg)
+    except OSError as exc:  # typically: address already in use
+        print(f"error: {cfg.name}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

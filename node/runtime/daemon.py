@@ -1,0 +1,478 @@
+"""The router daemon: one protocol engine on trio, over TCP.
+
+One nursery holds the node's whole life: the peer listener, the control
+endpoint, a dial loop per initial peer, the heartbeat timer and the ticker
+that measures event-loop lag and flushes the trace. Each connection is owned
+by the task that made it (the listener's handler or a dial loop), so when a
+connection ends its owner cleans up and, for a dial loop, redials.
+
+Rules that live here (docs/running.md):
+
+- Handshake (node/runtime/handshake.py): the dialer sends its hello first;
+  the listener reads it, refuses it if the dialer is isolated from us, and
+  answers with its own. A peer that sends anything invalid is dropped.
+- One logical peer per name. Two connections to the same peer (simultaneous
+  dials, or a redial before we noticed the old connection died): the one
+  dialled by the lower name wins; between two dialled by the same side the
+  newer wins (the older is stale). Both ends apply the same rule, so they
+  keep the same TCP connection. Replacing a connection is remove_peer +
+  add_peer on the engine, so both ends restart from the same state.
+- A peer that sends bytes that are not frames, a frame above max_frame or an
+  undecodable RPC is dropped; valid RPCs with nonsense go to the engine,
+  which ignores what it does not know.
+- Every RPC the engine emits is handed to the peer's bounded queue (SEND_RPC)
+  or dropped there when the queue is full or the RPC exceeds max_frame
+  (DROP_RPC). The router never waits on one peer.
+- Isolation (`isolate`/`rejoin`, used by churn's disconnect/reconnect): closes
+  the connections to the named peers (or all), refuses their dials and stops
+  dialling them until `rejoin`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from node.codec import FrameDecoder, FrameError, encode_frame
+from node.config import LinkShape, NodeConfig, PeerAddress
+from node.engine import TraceType, make_router
+from node.engine.api import Output
+from node.runtime.handshake import (
+    HandshakeError,
+    Hello,
+    agree,
+    check_peer_hello,
+    first_frame,
+    hello_for,
+    parse_hello,
+)
+from node.runtime.lag import LagMeter
+from node.runtime.peer import PeerLink
+from node.runtime.shaper import LinkShaper, Uplink
+from node.tracefile import TraceWriter, rpc_event
+from node.wire import Message, decode_rpc, encode_rpc, seqno_bytes
+
+log = logging.getLogger("node")
+
+LAG_WRITE_INTERVAL_S = 5.0
+DRAIN_TIMEOUT_S = 2.0
+CONNECT_ATTEMPTS = 5  # one-shot dials from the control endpoint
+
+
+class PeerError(ValueError):
+    """A peer sent something we drop it for."""
+
+
+class ConnectError(RuntimeError):
+    """A one-shot dial failed."""
+
+
+class Node:
+    def __init__(self, cfg: NodeConfig) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.engine = make_router(cfg.router, cfg.peer_id, cfg.seed, cfg.params)
+        self.hello: Hello = hello_for(self.name, self.engine.protocol_id, self.engine.supported_protocols)
+        self.trace = TraceWriter(Path(cfg.trace_path), cfg.peer_id, cfg.flush_interval_ms * 1_000_000)
+        self.lag = LagMeter()
+        self.lag_path = Path(cfg.lag_path or cfg.trace_path + ".lag.json")
+        self.uplink = Uplink(cfg.uplink_bps)
+        self.rng = random.Random(f"runtime-{cfg.seed}")  # never the engine's RNG
+        self.links: dict[str, PeerLink] = {}
+        self.topics: set[str] = set()
+        self.isolated: set[str] | None = None  # None: not isolated; empty: from everyone
+        self.counters: Counter[str] = Counter()
+        self.started_ns = time.time_ns()
+        self.listen_port = cfg.listen_port
+        self.control_port = cfg.control_port
+        self._changed = trio.Event()
+        self._shutdown = trio.Event()
+        self._nursery: trio.Nursery | None = None
+
+    # Life
+
+    async def run(self, *, handle_signals: bool = True, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        from node.runtime.control import serve_control  # noqa: PLC0415 - control imports us
+
+        cfg = self.cfg
+        peer_listeners = await trio.open_tcp_listeners(cfg.listen_port, host=cfg.listen_host)
+        control_listeners = await trio.open_tcp_listeners(cfg.control_port, host=cfg.control_host)
+        self.listen_port = peer_listeners[0].socket.getsockname()[1]
+        self.control_port = control_listeners[0].socket.getsockname()[1]
+        log.info(
+            "%s (%s) listening on %s:%d, control on %s:%d", self.name, cfg.router,
+            cfg.listen_host, self.listen_port, cfg.control_host, self.control_port,
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                if handle_signals:
+                    nursery.start_soon(self._signals)
+                nursery.start_soon(trio.serve_listeners, self._inbound, peer_listeners)
+                nursery.start_soon(trio.serve_listeners, lambda s: serve_control(self, s), control_listeners)
+                for topic in cfg.topics:
+                    self.subscribe(topic)
+                nursery.start_soon(self._heartbeats)
+                nursery.start_soon(self._ticker)
+                for peer in cfg.initial_peers:
+                    nursery.start_soon(self._dial_loop, peer, True)
+                task_status.started((self.listen_port, self.control_port))
+                await self._shutdown.wait()
+                log.info("%s shutting down: leaving %s", self.name, sorted(self.topics))
+                await self._leave_all()
+                nursery.cancel_scope.cancel()
+        finally:
+            self.trace.close()
+            self.lag.write(self.lag_path, self.name)
+            log.info("%s stopped (%s)", self.name, dict(self.counters))
+
+    def request_shutdown(self) -> None:
+        self._shutdown.set()
+
+    async def _signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("%s: signal %d", self.name, signum)
+                self.request_shutdown()
+
+    async def _leave_all(self) -> None:
+        """Graceful shutdown: LEAVE every topic (PRUNE to the mesh), then give
+        the queues a moment to drain through the shaper."""
+        for topic in sorted(self.topics):
+            self.unsubscribe(topic)
+        delays = [s.delay_ms + s.jitter_ms for s in self.cfg.shaping.values()]
+        delays.append(self.cfg.default_shape.delay_ms + self.cfg.default_shape.jitter_ms)
+        with trio.move_on_after(DRAIN_TIMEOUT_S + max(delays) / 1000):
+            while any(not link.idle() for link in self.links.values()):
+                await trio.sleep(0.01)
+
+    async def _heartbeats(self) -> None:
+        interval = self.engine.heartbeat_interval / 1e9
+        due = trio.current_time() + self.engine.first_heartbeat / 1e9
+        while True:
+            await trio.sleep_until(due)
+            t = trio.current_time()
+            self.lag.record(t - due)
+            now = time.time_ns()
+            self._apply(self.engine.heartbeat(now), now)
+            due += interval
+            if due < t:
+                due = t + interval
+
+    async def _ticker(self) -> None:
+        """Lag samples, the trace flush (an idle node flushes too) and the
+        periodic lag file."""
+        period = min(self.cfg.lag_tick_ms, self.cfg.flush_interval_ms / 2) / 1000
+        due = trio.current_time() + period
+        next_lag_write = trio.current_time() + 1.0
+        while True:
+            await trio.sleep_until(due)
+            t = trio.current_time()
+            self.lag.record(t - due)
+            self.trace.flush()
+            if t >= next_lag_write:
+                self.lag.write(self.lag_path, self.name)
+                next_lag_write = t + LAG_WRITE_INTERVAL_S
+            due += period
+            if due < t:
+                due = t + period
+
+    # Connections
+
+    def _blocked(self, peer: str) -> bool:
+        return self.isolated is not None and (not self.isolated or peer in self.isolated)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _wait_dialable(self, peer: str | None) -> None:
+        while peer is not None and (self._blocked(peer) or peer in self.links):
+            await self._changed.wait()
+
+    def _shape_for(self, peer: str) -> LinkShape:
+        return self.cfg.shaping.get(peer, self.cfg.default_shape)
+
+    async def _handshake(self, stream: trio.abc.Stream, *, dialing: bool, expect: str | None) -> tuple[str, str, FrameDecoder]:
+        """(peer name, protocol, decoder holding whatever followed the hello)."""
+        decoder = FrameDecoder(self.cfg.max_frame)
+        with trio.fail_after(self.cfg.handshake_timeout_ms / 1000):
+            if dialing:
+                await stream.send_all(self.hello.encode())
+            data = b""
+            while (frame := first_frame(decoder, data)) is None:
+                data = await stream.receive_some(4096)
+                if not data:
+                    raise HandshakeError("connection closed during the handshake")
+            theirs = parse_hello(frame)
+            check_peer_hello(self.hello, theirs, expect)
+            if dialing:
+                return theirs.name, agree(self.hello, theirs), decoder
+            if self._blocked(theirs.name):
+                raise HandshakeError(f"refused {theirs.name}: isolated from it")
+            protocol = agree(theirs, self.hello)
+            await stream.send_all(self.hello.encode())
+            return theirs.name, protocol, decoder
+
+    async def _inbound(self, stream: trio.SocketStream) -> None:
+        try:
+            peer, protocol, decoder = await self._handshake(stream, dialing=False, expect=None)
+        except (HandshakeError, trio.TooSlowError, trio.BrokenResourceError, OSError) as exc:
+            self.counters["handshakes_failed"] += 1
+            log.info("%s: inbound handshake failed: %s", self.name, exc)
+            await trio.aclose_forcefully(stream)
+            return
+        await self._run_connection(stream, decoder, peer, peer, protocol)
+
+    async def _dial_loop(
+        self, addr: PeerAddress | tuple[str, int, str | None], persistent: bool,
+        task_status=trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Dial with capped exponential backoff. Persistent: keep the peer
+        connected for the node's life (redial when the connection ends).
+        One-shot: give up after CONNECT_ATTEMPTS failures (ConnectError)."""
+        if isinstance(addr, PeerAddress):
+            host, port, expect = addr.host, addr.port, addr.name
+        else:
+            host, port, expect = addr
+        first = self.cfg.dial_backoff_ms / 1000
+        cap = self.cfg.dial_backoff_max_ms / 1000
+        backoff = first
+        failures = 0
+        reported = False
+        while True:
+            await self._wait_dialable(expect)
+            try:
+                with trio.fail_after(self.cfg.handshake_timeout_ms / 1000):
+                    stream = await trio.open_tcp_stream(host, port)
+                try:
+                    peer, protocol, decoder = await self._handshake(stream, dialing=True, expect=expect)
+                except BaseException:
+                    await trio.aclose_forcefully(stream)
+                    raise
+            except (HandshakeError, trio.TooSlowError, trio.BrokenResourceError, OSError) as exc:
+                failures += 1
+                self.counters["dials_failed"] += 1
+                if failures == 1 or failures % 10 == 0:
+                    log.info("%s: dial %s (%s:%d) failed (%d): %s", self.name, expect, host, port, failures, exc)
+                if not persistent and failures >= CONNECT_ATTEMPTS:
+                    raise ConnectError(f"could not connect to {host}:{port}: {exc}") from None
+                await trio.sleep(backoff * (0.5 + self.rng.random()))
+                backoff = min(backoff * 2, cap)
+                continue
+            failures = 0
+            if not reported:
+                task_status.started(peer)
+                reported = True
+            if self._blocked(peer):
+                await trio.aclose_forcefully(stream)
+                admitted = False
+            else:
+                admitted = await self._run_connection(stream, decoder, peer, self.name, protocol)
+            if not persistent:
+                return
+            expect = expect or peer
+            backoff = first if admitted else min(backoff * 2, cap)
+            await trio.sleep(backoff * (0.5 + self.rng.random()))
+
+    def _admit(self, link: PeerLink) -> bool:
+        existing = self.links.get(link.name)
+        if existing is not None:
+            keep_new = existing.dialer == link.dialer or link.dialer == min(self.name, link.name)
+            if not keep_new:
+                self.counters["duplicate_connections"] += 1
+                return False
+            self._forget(existing, "replaced by a newer connection")
+        self.links[link.name] = link
+        self._notify()
+        return True
+
+    def _forget(self, link: PeerLink, reason: str) -> None:
+        link.close(reason)
+        if self.links.get(link.name) is not link:
+            return
+        del self.links[link.name]
+        self.counters["bytes_in"] += link.bytes_in
+        self.counters["bytes_out"] += link.bytes_out
+        if link.misbehaved:
+            self.counters["peers_dropped"] += 1
+        log.info("%s: peer %s gone: %s", self.name, link.name, link.close_reason or reason)
+        now = time.time_ns()
+        self._apply(self.engine.remove_peer(now, link.peer_id), now)
+        self._notify()
+
+    async def _run_connection(
+        self, stream: trio.abc.Stream, decoder: FrameDecoder, peer: str, dialer: str, protocol: str
+    ) -> bool:
+        shaper = LinkShaper(self._shape_for(peer), self.uplink, self.rng)
+        link = PeerLink(peer, stream, decoder, dialer, protocol, shaper, self.cfg.queue_len, self._on_frame)
+        if not self._admit(link):
+            await trio.aclose_forcefully(stream)
+            return False
+        try:
+            now = time.time_ns()
+            self._apply(self.engine.add_peer(now, link.peer_id, protocol), now)
+            await link.run()
+        finally:
+            self._forget(link, link.close_reason or "connection ended")
+        return True
+
+    def _on_frame(self, link: PeerLink, frame: bytes) -> None:
+        if self.links.get(link.name) is not link:
+            return  # a replaced connection's last words
+        rpc = decode_rpc(frame)  # WireError drops the peer
+        link.rpcs_in += 1
+        self.counters["rpcs_in"] += 1
+        now = time.time_ns()
+        try:
+            out = self.engine.handle_rpc(now, link.peer_id, rpc)
+        except Exception as exc:  # an engine bug must not take the router down
+            log.exception("%s: engine failed on an RPC from %s", self.name, link.name)
+            raise PeerError(f"engine failed on an RPC from {link.name}: {exc!r}") from None
+        self._apply(out, now)
+
+    # Engine output
+
+    def _apply(self, out: Output, now: int) -> None:
+        events = list(out.trace)
+        for peer, rpc in out.sends:
+            link = self.links.get(peer.decode("utf-8", "replace"))
+            result = "dropped"
+            if link is not None:
+                try:
+                    frame = encode_frame(encode_rpc(rpc), self.cfg.max_frame)
+                except FrameError:
+                    pass
+                else:
+                    result = link.offer(frame)
+            if result == "dropped":
+                self.counters["dropped"] += 1
+                events.append(rpc_event(TraceType.DROP_RPC, now, peer, rpc))
+            else:
+                self.counters["rpcs_out"] += 1
+                if result == "lost":
+                    self.counters["lost"] += 1
+                events.append(rpc_event(TraceType.SEND_RPC, now, peer, rpc))
+        if out.deliveries:
+            self.counters["delivered"] += len(out.deliveries)
+        self.trace.write(events, now)
+
+    # What the control endpoint calls
+
+    def subscribe(self, topic: str) -> None:
+        self.topics.add(topic)
+        now = time.time_ns()
+        self._apply(self.engine.join(now, topic), now)
+
+    def unsubscribe(self, topic: str) -> None:
+        self.topics.discard(topic)
+        now = time.time_ns()
+        self._apply(self.engine.leave(now, topic), now)
+
+    def _published(self, out: Output, now: int) -> str:
+        mids = [ev.message_id for ev in out.trace if ev.type == TraceType.PUBLISH_MESSAGE]
+        self._apply(out, now)
+        if mids:
+            self.counters["published"] += 1
+        return mids[0].hex() if mids else ""
+
+    def publish(self, topic: str, data: bytes) -> str:
+        now = time.time_ns()
+        return self._published(self.engine.publish(now, topic, data), now)
+
+    def inject(self, from_peer: bytes, seqno: int, topic: str, data: bytes) -> str:
+        """Publish a message built elsewhere (the same id via several nodes)."""
+        now = time.time_ns()
+        msg = Message(from_peer, data, seqno_bytes(seqno), topic)
+        mid = self._published(self.engine.publish_message(now, msg), now)
+        return mid or msg.id.hex()
+
+    async def connect(self, host: str, port: int, name: str | None, persistent: bool) -> str:
+        assert self._nursery is not None
+        if name is not None and name in self.links:
+            return name
+        return await self._nursery.start(self._dial_loop, (host, port, name), persistent)
+
+    def disconnect(self, peer: str) -> bool:
+        link = self.links.get(peer)
+        if link is None:
+            return False
+        self._forget(link, "disconnected by the control endpoint")
+        return True
+
+    def isolate(self, peers: list[str] | None) -> list[str]:
+        if peers is None or self.isolated == set():
+            self.isolated = set()
+        else:
+            self.isolated = (self.isolated or set()) | set(peers)
+        closed = [name for name in list(self.links) if self._blocked(name)]
+        for name in closed:
+            self._forget(self.links[name], "isolated")
+        self._notify()
+        return closed
+
+    def rejoin(self, peers: list[str] | None) -> None:
+        if self.isolated is None:
+            return
+        if peers is None or not self.isolated:
+            self.isolated = None
+        else:
+            self.isolated -= set(peers)
+            self.isolated = self.isolated or None
+        self._notify()
+
+    def mesh(self) -> dict[str, list[str]]:
+        mesh = getattr(self.engine, "mesh", None)
+        if isinstance(mesh, dict):
+            return {t: sorted(p.decode("utf-8", "replace") for p in peers) for t, peers in sorted(mesh.items())}
+        topic = getattr(self.engine, "topic", None)
+        if topic is not None and isinstance(getattr(self.engine, "D", None), list):
+            return {topic: sorted(p.decode("utf-8", "replace") for p in self.engine.D)}
+        return {}
+
+    def fanout(self) -> dict[str, list[str]]:
+        fanout = getattr(self.engine, "fanout", None)
+        if isinstance(fanout, dict):
+            return {t: sorted(p.decode("utf-8", "replace") for p in peers) for t, peers in sorted(fanout.items())}
+        return {}
+
+    def status(self) -> dict[str, Any]:
+        counters = Counter(self.counters)
+        for link in self.links.values():
+            counters["bytes_in"] += link.bytes_in
+            counters["bytes_out"] += link.bytes_out
+        keys = ("rpcs_in", "rpcs_out", "bytes_in", "bytes_out", "delivered", "published", "dropped", "lost",
+                "peers_dropped", "handshakes_failed", "dials_failed")
+        return {
+            "name": self.name,
+            "router": self.cfg.router,
+            "protocol": self.engine.protocol_id,
+            "pid": os.getpid(),
+            "uptime_s": round((time.time_ns() - self.started_ns) / 1e9, 3),
+            "listen": [self.cfg.listen_host, self.listen_port],
+            "peers": sorted(self.links),
+            "topics": sorted(self.topics),
+            "mesh": self.mesh(),
+            "fanout": self.fanout(),
+            "isolated": None if self.isolated is None else sorted(self.isolated),
+            "queued": sum(link.pending() for link in self.links.values()),
+            "counters": {k: counters.get(k, 0) for k in keys},
+            "lag": self.lag.summary(),
+            "trace_events": self.trace.events_written,
+        }
+
+
+def run_node(cfg: NodeConfig) -> int:
+    """The daemon's entry point: run until shutdown; 0 on a graceful exit."""
+    node = Node(cfg)
+    trio.run(node.run)
+    return 0
+

@@ -1,0 +1,67 @@
+"""Event-loop lag: how late the node's timers fire. A loaded host (too many
+routers per core) shows up here first, and a run whose nodes lagged by more
+than a few milliseconds measures the host, not the protocol; the controller
+turns a high p99 into a manifest warning.
+
+Samples are the lateness of the periodic ticker and of heartbeats, kept in a
+bounded ring; `summary()` gives p50/p99/max in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+MAX_SAMPLES = 20_000
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    rank = max(math.ceil(q / 100 * len(sorted_values)), 1)
+    return sorted_values[rank - 1]
+
+
+class LagMeter:
+    def __init__(self) -> None:
+        self._samples: deque[float] = deque(maxlen=MAX_SAMPLES)
+        self.max = 0.0
+        self.count = 0
+
+    def record(self, lateness_s: float) -> None:
+        lateness = max(lateness_s, 0.0)
+        self._samples.append(lateness)
+        self.count += 1
+        if lateness > self.max:
+            self.max = lateness
+
+    def reset(self) -> None:
+        """Start a new measurement window (benchmarks: lag at rest vs under load)."""
+        self._samples.clear()
+        self.max = 0.0
+        self.count = 0
+
+    def summary(self) -> dict[str, Any]:
+        """p50/p99 over the last MAX_SAMPLES samples, max over the whole life."""
+        if not self._samples:
+            return {"p50_ms": None, "p99_ms": None, "max_ms": None, "samples": 0}
+        values = sorted(self._samples)
+        return {
+            "p50_ms": round(_percentile(values, 50) * 1000, 3),
+            "p99_ms": round(_percentile(values, 99) * 1000, 3),
+            "max_ms": round(self.max * 1000, 3),
+            "samples": self.count,
+        }
+
+    def write(self, path: Path, node: str) -> None:
+        doc = {"node": node, "pid": os.getpid(), "written_at_ns": time.time_ns(), **self.summary()}
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(doc) + "\n")
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a lag file is a courtesy; never take the node down for it

@@ -1,0 +1,368 @@
+"""The process backend: one OS process per router (`python -m node --config
+FILE`) on the host, each on its own loopback address.
+
+Addresses: Linux routes all of 127.0.0.0/8 to lo, so every node gets its own
+127.N.b.c with the same fixed ports (PEER_PORT, CONTROL_PORT), like hosts on a
+LAN. N (1-254) is derived from the testbed name by hashing and moved on past
+the N of every other testbed recorded in the state directory, so two testbeds
+never collide; node k (1-based) is 127.N.(k // 254).(k % 254 + 1).
+
+Every process is recorded in the state directory (pid, kernel start time,
+command line) right after it is spawned, before anything waits for it, and
+its config file lives under the testbed's state directory, so `cleanup` finds
+every router of a testbed even after the CLI was SIGKILLed, and never kills a
+recycled pid: a pid is only signalled while its start time and command line
+still match, and a /proc scan catches a process spawned just before the
+record was written.
+
+Shaping: everything in user space inside the node (no per-node network
+namespace here, so no tc): kernel_delay False, kernel_rate False.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from node.config import LinkShape, NodeConfig
+from node.runtime.client import ControlClient, ControlError
+from orchestrator.backend import Backend, NodeAddress, ShapingCapabilities
+from orchestrator.errors import BackendUnavailable, TestbedError
+from orchestrator.state import StateStore
+
+PEER_PORT = 9000
+CONTROL_PORT = 9001
+STOP_GRACE_S = 10.0
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+# /proc helpers: identify a process by pid + start time, never by pid alone.
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2:].split()
+
+
+def proc_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (stat field 22)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def proc_cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def proc_alive(pid: int, start_time: int | None = None) -> bool:
+    """Alive (running, sleeping or stopped; not a zombie) and, when given,
+    still the process that started at `start_time`."""
+    fields = _stat_fields(pid)
+    if not fields or fields[0] in ("Z", "X"):
+        return False
+    return start_time is None or int(fields[19]) == start_time
+
+
+def _is_node_cmdline(cmdline: list[str], config_dir: Path | None = None) -> bool:
+    if "node" not in cmdline or "--config" not in cmdline:
+        return False
+    if config_dir is None:
+        return True
+    i = cmdline.index("--config")
+    return i + 1 < len(cmdline) and cmdline[i + 1].startswith(str(config_dir) + os.sep)
+
+
+def _signal(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status if the process is our child (no zombie left)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def terminate(procs: Sequence[tuple[int, int | None]], grace_s: float) -> list[int]:
+    """SIGCONT + SIGTERM every (pid, start_time) still alive, wait up to
+    grace_s for them to exit, then SIGKILL the rest; returns the pids signalled."""
+    alive = [(pid, st) for pid, st in procs if proc_alive(pid, st)]
+    for pid, _ in alive:
+        _signal(pid, signal.SIGCONT)
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    pending = list(alive)
+    while pending and time.monotonic() < deadline:
+        for pid, _ in pending:
+            _reap(pid)
+        pending = [(pid, st) for pid, st in pending if proc_alive(pid, st)]
+        if pending:
+            time.sleep(0.05)
+    for pid, st in pending:
+        if proc_alive(pid, st):
+            _signal(pid, signal.SIGKILL)
+    for pid, st in pending:
+        _wait_gone(pid, st, 5.0)
+    return [pid for pid, _ in alive]
+
+
+def _wait_gone(pid: int, start_time: int | None, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not proc_alive(pid, start_time):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def subnet_octet(testbed: str, taken: set[int]) -> int:
+    """The second octet of this testbed's 127.N.0.0/16, hashed from the name,
+    moved on past octets other testbeds hold."""
+    start = int.from_bytes(hashlib.sha256(testbed.encode()).digest()[:4], "big") % 254
+    for i in range(254):
+        octet = (start + i) % 254 + 1
+        if octet not in taken:
+            return octet
+    raise BackendUnavailable("all 254 loopback /16 ranges are held by recorded testbeds; `testbed down --all`")
+
+
+def node_host(octet: int, index: int) -> str:
+    k = index + 1
+    if k >= 254 * 254:
+        raise TestbedError("the process backend supports at most 64515 nodes per testbed")
+    return f"127.{octet}.{k // 254}.{k % 254 + 1}"
+
+
+class ProcessBackend(Backend):
+    name = "process"
+
+    def __init__(self, testbed: str, run_dir: Path, store: StateStore | None = None) -> None:
+        super().__init__(testbed, run_dir)
+        self.store = store or StateStore()
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.configs: dict[str, NodeConfig] = {}
+
+    # Set-up
+
+    def config_dir(self) -> Path:
+        return self.store.dir(self.testbed) / "configs"
+
+    def prepare(self, nodes: Sequence[str]) -> dict[str, NodeAddress]:
+        if sys.platform != "linux":
+            raise BackendUnavailable("the process backend needs Linux (all of 127.0.0.0/8 on lo, /proc)")
+        record = self.store.load(self.testbed) or {}
+        octet = record.get("net")
+        if not isinstance(octet, int):
+            taken = set()
+            for other in self.store.names():
+                if other != self.testbed:
+                    net = (self.store.load(other) or {}).get("net")
+                    if isinstance(net, int):
+                        taken.add(net)
+            octet = subnet_octet(self.testbed, taken)
+
+            def change(rec: dict) -> None:
+                rec["net"] = octet
+                rec.setdefault("backend", self.name)
+
+            self.store.update(self.testbed, change)
+        return {
+            name: NodeAddress(node_host(octet, i), PEER_PORT, node_host(octet, i), CONTROL_PORT)
+            for i, name in enumerate(nodes)
+        }
+
+    def shaping_capabilities(self) -> ShapingCapabilities:
+        return ShapingCapabilities(
+            kernel_delay=False, kernel_rate=False, path="userspace",
+            detail="process backend: delay, jitter, loss and rate applied by each node's user-space shaper "
+                   "on what it sends (no per-node network namespace for tc)",
+        )
+
+    def apply_kernel_shaping(
+        self, node: str, per_peer: Mapping[str, LinkShape], uplink_bps: int | None
+    ) -> list[str]:
+        return []
+
+    # Processes
+
+    def _record(self, node: str) -> dict:
+        return ((self.store.load(self.testbed) or {}).get("nodes") or {}).get(node) or {}
+
+    def _pid(self, node: str) -> tuple[int, int | None] | None:
+        entry = self._record(node)
+        pid = entry.get("pid")
+        if not isinstance(pid, int):
+            return None
+        return pid, entry.get("start_time")
+
+    def start(self, config: NodeConfig) -> None:
+        node = config.name
+        if self.is_running(node):
+            return
+        cdir = self.config_dir()
+        cdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = cdir / f"{node}.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(config.to_json())
+        logs = self.run_dir / "node-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        Path(config.trace_path).parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "node", "--config", str(path)]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        with open(logs / f"{node}.log", "ab") as log:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                start_new_session=True, close_fds=True,
+            )
+        # Recorded before anyone waits for the node: `down` must find it.
+        self.store.set_node(
+            self.testbed, node, pid=proc.pid, start_time=proc_start_time(proc.pid), cmdline=cmd,
+            config=str(path), host=config.listen_host, port=config.listen_port,
+            control_host=config.control_host, control_port=config.control_port,
+        )
+        self.procs[node] = proc
+        self.configs[node] = config
+
+    def exit_code(self, node: str) -> int | None:
+        proc = self.procs.get(node)
+        return None if proc is None else proc.poll()
+
+    def is_running(self, node: str) -> bool:
+        proc = self.procs.get(node)
+        if proc is not None and proc.poll() is not None:
+            return False
+        found = self._pid(node)
+        return found is not None and proc_alive(*found)
+
+    def _send(self, node: str, sig: int) -> tuple[int, int | None] | None:
+        found = self._pid(node)
+        if found is None or not proc_alive(*found):
+            return None
+        _signal(found[0], sig)
+        return found
+
+    def stop(self, node: str) -> None:
+        found = self._pid(node)
+        if found is not None:
+            terminate([found], STOP_GRACE_S)
+        self._collect(node)
+
+    def kill(self, node: str) -> None:
+        found = self._send(node, signal.SIGKILL)
+        if found is not None:
+            _wait_gone(*found, timeout=5.0)
+        self._collect(node)
+
+    def _collect(self, node: str) -> None:
+        proc = self.procs.pop(node, None)
+        if proc is not None:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def pause(self, node: str) -> None:
+        self._send(node, signal.SIGSTOP)
+
+    def resume(self, node: str) -> None:
+        self._send(node, signal.SIGCONT)
+
+    def _control(self, node: str) -> ControlClient:
+        entry = self._record(node)
+        token = (self.store.load(self.testbed) or {}).get("token", "")
+        if "control_host" not in entry:
+            raise TestbedError(f"{node}: no control address recorded")
+        return ControlClient(entry["control_host"], entry["control_port"], token)
+
+    def disconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
+        try:
+            self._control(node).call("isolate", peers=list(peers) if peers else None)
+        except ControlError as exc:
+            raise TestbedError(f"{node}: disconnect failed: {exc}") from None
+
+    def reconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
+        try:
+            self._control(node).call("rejoin", peers=list(peers) if peers else None)
+        except ControlError as exc:
+            raise TestbedError(f"{node}: reconnect failed: {exc}") from None
+
+    def collect_traces(self) -> None:
+        """Nodes write straight into run_dir/traces; nothing to copy."""
+
+    def destroy(self) -> None:
+        record = self.store.load(self.testbed) or {}
+        procs = [
+            (e["pid"], e.get("start_time")) for e in (record.get("nodes") or {}).values()
+            if isinstance(e.get("pid"), int)
+        ]
+        terminate(procs, STOP_GRACE_S)
+        for node in list(self.procs):
+            self._collect(node)
+        self._kill_strays(self.store, self.testbed)
+
+    # Cleanup after anything, even a SIGKILLed CLI
+
+    @staticmethod
+    def _kill_strays(store: StateStore, testbed: str | None) -> list[str]:
+        """SIGKILL router processes whose --config lies under this testbed's
+        (or, for None, any testbed's) state directory."""
+        root = store.dir(testbed) if testbed else store.testbeds
+        lines = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            if pid == os.getpid():
+                continue
+            if _is_node_cmdline(proc_cmdline(pid), root) and proc_alive(pid):
+                start = proc_start_time(pid)
+                _signal(pid, signal.SIGKILL)
+                _wait_gone(pid, start, 5.0)
+                lines.append(f"killed stray router process {pid}")
+        return lines
+
+    @classmethod
+    def cleanup(cls, testbed: str | None, store: StateStore | None = None) -> list[str]:
+        store = store or StateStore()
+        names = [testbed] if testbed else store.names()
+        lines: list[str] = []
+        for name in names:
+            record = store.load(name)
+            if record is None or record.get("backend", cls.name) != cls.name:
+                continue
+            procs = []
+            for node, entry in sorted((record.get("nodes") or {}).items()):
+                pid = entry.get("pid")
+                if not isinstance(pid, int):
+                    continue
+                start = entry.get("start_time")
+                cmdline = proc_cmdline(pid)
+                if proc_alive(pid, start) and (not entry.get("cmdline") or cmdline == entry["cmdline"]):
+                    procs.append((pid, start))
+                    lines.append(f"{name}: stopped {node} (pid {pid})")
+            terminate(procs, 3.0)
+            lines += [f"{name}: {line}" for line in cls._kill_strays(store, name)]
+        if testbed is None:
+            lines += cls._kill_strays(store, None)
+        return lines

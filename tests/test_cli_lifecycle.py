@@ -1,0 +1,176 @@
+"""The testbed lifecycle through the console script, process backend:
+up -> status -> publish -> churn -> down (idempotent), `run` end to end,
+`down --all` after the CLI was SIGKILLed during `up`, and bad input (exit 2,
+nothing started)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.process_backend import ProcessBackend, proc_alive, proc_cmdline
+from orchestrator.state import StateStore
+
+TESTBED = str(Path(sys.executable).with_name("testbed"))
+
+TINY = """\
+name: tiny
+seed: 3
+nodes:
+  count: {count}
+  router: gossipsub
+  router_params: {{D: 2, D_low: 1, D_high: 4, heartbeat_interval: 0.5}}
+  topics: [blocks]
+overlay:
+  type: random
+  degree: 2
+links:
+  latency: {{model: constant, ms: 2}}
+workload:
+  topic: blocks
+  messages: 4
+  interval: 200ms
+  size: 64
+  publishers: {{nodes: [n0]}}
+linger: 1s
+"""
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    state = tmp_path / "state"
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(state))
+    yield {**os.environ, "TESTBED_STATE_DIR": str(state)}
+    ProcessBackend.cleanup(None, StateStore(state))
+
+
+def experiment(tmp_path: Path, count: int = 4) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY.format(count=count))
+    return path
+
+
+def tb(env, *args, check=True, timeout=120) -> subprocess.CompletedProcess:
+    out = subprocess.run([TESTBED, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    if check and out.returncode != 0:
+        raise AssertionError(f"testbed {' '.join(args)} -> {out.returncode}\n{out.stdout}\n{out.stderr}")
+    return out
+
+
+def router_pids(state: Path) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            cmd = proc_cmdline(int(entry.name))
+            if "--config" in cmd and any(part.startswith(str(state)) for part in cmd) and proc_alive(int(entry.name)):
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+def test_up_status_publish_churn_down(env, tmp_path):
+    pytest.importorskip("orchestrator.experiment.spec")
+    file = experiment(tmp_path)
+    up = json.loads(tb(env, "up", str(file), "--backend", "process", "--name", "life", "--out", str(tmp_path / "run"), "--json").stdout)
+    assert up["testbed"] == "life" and len(up["nodes"]) == 4
+    assert all(n["state"] == "up" and n["peers"] >= 1 for n in up["nodes"])
+
+    listing = json.loads(tb(env, "status", "--json").stdout)
+    assert [b["testbed"] for b in listing] == ["life"]
+    status = json.loads(tb(env, "status", "life", "--json").stdout)
+    assert all(n["mesh"].get("blocks", 0) >= 1 for n in status["nodes"])
+
+    pub = json.loads(tb(env, "publish", "life", "--node", "n0", "--count", "2", "--json").stdout)
+    assert len(pub["message_ids"]) == 2
+
+    killed = json.loads(tb(env, "churn", "life", "kill", "1", "--seed", "1", "--json").stdout)["nodes"]
+    assert len(killed) == 1
+    status = json.loads(tb(env, "status", "life", "--json").stdout)
+    assert {n["node"]: n["state"] for n in status["nodes"]}[killed[0]] == "down"
+    tb(env, "churn", "life", "start", killed[0])
+    tb(env, "churn", "life", "disconnect", "n2")
+    tb(env, "churn", "life", "reconnect", "n2")
+
+    tb(env, "down", "life")
+    assert router_pids(Path(env["TESTBED_STATE_DIR"])) == []
+    assert tb(env, "down", "life").returncode == 0  # idempotent
+    run = tmp_path / "run"
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    kinds = [e["kind"] for e in events]
+    for kind in ("run_start", "all_up", "publish", "churn", "node_down", "node_up", "run_end"):
+        assert kind in kinds, kind
+    assert sorted(p.stem for p in (run / "traces").glob("*.pb")) == ["n0", "n1", "n2", "n3"]
+    assert json.loads((run / "manifest.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.slow
+def test_run_end_to_end(env, tmp_path):
+    pytest.importorskip("orchestrator.experiment.spec")
+    file = experiment(tmp_path)
+    out = tb(env, "run", str(file), "--backend", "process", "--out", str(tmp_path / "run"), "--no-report", "--json")
+    doc = json.loads(out.stdout)
+    run = Path(doc["run_dir"])
+    assert sorted(p.stem for p in (run / "traces").glob("*.pb")) == ["n0", "n1", "n2", "n3"]
+    assert sum(1 for line in (run / "events.jsonl").read_text().splitlines() if '"publish"' in line) == 4
+    assert StateStore(Path(env["TESTBED_STATE_DIR"])).names() == []
+
+
+@pytest.mark.slow
+def test_down_all_after_the_cli_is_sigkilled_during_up(env, tmp_path):
+    pytest.importorskip("orchestrator.experiment.spec")
+    state = Path(env["TESTBED_STATE_DIR"])
+    file = experiment(tmp_path, count=8)
+    proc = subprocess.Popen([TESTBED, "up", str(file), "--backend", "process", "--name", "doomed",
+                             "--out", str(tmp_path / "run")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(router_pids(state)) < 3:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert router_pids(state), "no router was started before the kill"
+    tb(env, "down", "--all")
+    assert router_pids(state) == []
+    assert StateStore(state).names() == []
+    assert tb(env, "down", "--all").returncode == 0
+
+
+def test_bad_input_is_exit_2_and_starts_nothing(env, tmp_path):
+    state = Path(env["TESTBED_STATE_DIR"])
+    assert tb(env, "up", str(tmp_path / "missing.yaml"), "--backend", "process", check=False).returncode == 2
+    assert tb(env, "down", check=False).returncode == 2
+    out = tb(env, "churn", "nope", "kill", "n1", check=False)
+    assert out.returncode == 2 and "no testbed named" in out.stderr
+    if os.path.exists(os.path.join(os.path.dirname(__file__), "..", "orchestrator", "experiment", "spec.py")):
+        file = experiment(tmp_path)
+        out = tb(env, "up", str(file), "--backend", "bogus", check=False)
+        assert out.returncode == 2 and "bogus" in out.stderr
+        out = tb(env, "up", str(file), "--backend", "process", "--name", "bad name!", check=False)
+        assert out.returncode == 2
+        broken = tmp_path / "broken.yaml"
+        broken.write_text("name: x\nnodes: {count: -3}\n")
+        assert tb(env, "run", str(broken), "--backend", "process", check=False).returncode == 2
+    assert router_pids(state) == []
+    assert not (state / "testbeds").exists() or StateStore(state).names() == []
+
+
+def test_selector_parsing():
+    import random
+
+    from cli.testbed_cmd import select_nodes
+    from orchestrator.errors import InputError
+
+    names = [f"n{i}" for i in range(20)]
+    assert select_nodes("n1,n3", names, names, random.Random(1)) == ["n1", "n3"]
+    assert len(select_nodes("3", names, names, random.Random(1))) == 3
+    assert len(select_nodes("10%", names, names, random.Random(1))) == 2
+    for bad in ("n99", "0", "150%", "25"):
+        with pytest.raises(InputError):
+            select_nodes(bad, names, names, random.Random(1))

@@ -1,0 +1,84 @@
+"""The daemon as a process (`python -m node`, `testbed node`): SIGKILL loses at
+most a flush interval of trace, SIGTERM is a graceful exit 0 with LEAVE and
+the lag file, a bad config is one clear error."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from node.config import NodeConfig
+from node.engine.api import TraceType
+from node.runtime.client import ControlClient
+from node.tracefile import read_trace
+
+TESTBED = Path(sys.executable).with_name("testbed")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(tmp: Path, cli: bool = False) -> tuple[subprocess.Popen, NodeConfig, ControlClient]:
+    cfg = NodeConfig(
+        name="solo", router="gossipsub", seed=1, listen_host="127.0.0.1", listen_port=free_port(),
+        control_host="127.0.0.1", control_port=free_port(), token="tok", trace_path=str(tmp / "solo.pb"),
+        topics=("t",), flush_interval_ms=100,
+    )
+    path = tmp / "solo.json"
+    path.write_text(cfg.to_json())
+    cmd = [str(TESTBED), "node", "--config", str(path)] if cli else [sys.executable, "-m", "node", "--config", str(path)]
+    proc = subprocess.Popen(cmd, stderr=open(tmp / "solo.log", "wb"))
+    client = ControlClient("127.0.0.1", cfg.control_port, "tok")
+    deadline = time.monotonic() + 15
+    while client.try_call("status") is None:
+        assert proc.poll() is None, (tmp / "solo.log").read_text()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return proc, cfg, client
+
+
+def test_sigkill_loses_at_most_one_flush_interval(tmp_path):
+    proc, cfg, client = start(tmp_path)
+    try:
+        mids = [client.call("publish", topic="t", size=10)["message_id"] for _ in range(5)]
+        time.sleep(0.4)  # > flush interval + ticker period, even on a loaded machine
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    published = [ev.publishMessage.messageID.hex() for ev in read_trace(Path(cfg.trace_path))
+                 if ev.type == TraceType.PUBLISH_MESSAGE]
+    assert published == mids
+
+
+def test_sigterm_is_a_graceful_exit(tmp_path):
+    proc, cfg, client = start(tmp_path, cli=True)
+    status = client.call("status")
+    assert status["name"] == "solo" and status["topics"] == ["t"]
+    time.sleep(0.3)  # a few ticks of the lag meter
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    types = [ev.type for ev in read_trace(Path(cfg.trace_path))]
+    assert types[0] == TraceType.JOIN and types[-1] == TraceType.LEAVE
+    lag = json.loads(Path(cfg.trace_path + ".lag.json").read_text())
+    assert lag["node"] == "solo" and lag["samples"] > 0
+
+
+def test_shutdown_command_exits_zero(tmp_path):
+    proc, _, client = start(tmp_path)
+    assert client.call("shutdown")["ok"]
+    assert proc.wait(timeout=10) == 0
+
+
+def test_bad_config_is_one_clear_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    out = subprocess.run([sys.executable, "-m", "node", "--config", str(bad)], capture_output=True, text=True)
+    assert out.returncode == 2 and "cannot load node config" in out.stderr
