@@ -1,5 +1,6 @@
 """`testbed validate FILE` and `testbed schema`: check an experiment file the
-way every run will load it, and print what it resolves to."""
+way every run will load it, and print what it resolves to (and, for a file
+with `variants:`, each variant's routers and that they share the set-up)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import dataclasses
+
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from node.engine.registry import ROUTERS
 from orchestrator import graphs
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.experiment.spec import Experiment, experiment_json_schema, load_experiment
@@ -51,7 +56,45 @@ def summary(exp: Experiment, r: ResolvedExperiment) -> dict[str, Any]:
         "churn_by_action": dict(sorted(Counter(c.action for c in r.churn).items())),
         "duration": r.duration, "linger": r.linger, "end": r.end_time(),
         "expectations": [e.text for e in r.expectations],
+        "variants": variant_summaries(exp, r),
     }
+
+
+def _non_default_params(router: str, params: Any) -> dict[str, Any]:
+    kind = ROUTERS[router]
+    defaults = dataclasses.asdict(kind.make_params({}))
+    return {k: v for k, v in params.items() if defaults.get(k) != v}
+
+
+def setup_key(r: ResolvedExperiment) -> tuple:
+    """Everything resolved except the name, the routers, their parameters and
+    the expectations: equal keys mean an identical set-up."""
+    nodes = tuple(
+        (n.name, n.group, n.topics, n.seed, n.region, n.uplink_bps, n.memory, n.cpus) for n in r.nodes
+    )
+    return (
+        r.seed, nodes, r.edges, tuple(sorted(r.links.items())), r.default_link, r.publishes, r.churn,
+        r.duration, r.linger, tuple(sorted(r.resources.items())),
+    )
+
+
+def variant_summaries(exp: Experiment, base: ResolvedExperiment) -> list[dict[str, Any]]:
+    """One entry per variant, resolved with the base's seed."""
+    out = []
+    key = setup_key(base)
+    for vname, vexp in exp.variants():
+        vr = vexp.resolve(base.seed)
+        out.append({
+            "variant": vname, "name": vr.name, "digest": vr.digest(),
+            "groups": [
+                {"name": g.name, "router": g.router, "router_params": dict(g.router_params),
+                 "non_default_params": _non_default_params(g.router, g.router_params)}
+                for g in vexp.groups
+            ],
+            "expectations": [e.text for e in vr.expectations],
+            "same_setup": setup_key(vr) == key,
+        })
+    return out
 
 
 def _print(s: dict[str, Any], console: Console) -> None:
@@ -79,6 +122,25 @@ def _print(s: dict[str, Any], console: Console) -> None:
     console.print(f"time      duration {s['duration']:g}s, linger {s['linger']:g}s, ends at t={s['end']:g}s")
     if s["expectations"]:
         console.print(f"expects   {'; '.join(s['expectations'])}")
+    if s["variants"]:
+        shared = all(v["same_setup"] for v in s["variants"])
+        console.print(
+            f"variants  {len(s['variants'])}, each run on its own; "
+            + ("they share the set-up above (overlay, links, workload, churn, node seeds)"
+               if shared else "[bold red]their set-ups differ[/]")
+        )
+        vt = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD)
+        for col in ("variant", "routers", "expects", "experiment (run name)"):
+            vt.add_column(col, no_wrap=col != "experiment (run name)", overflow="fold")
+        for v in s["variants"]:
+            routers = []
+            for g in v["groups"]:
+                params = ", ".join(f"{k}={val}" for k, val in g["non_default_params"].items())
+                text = g["router"] + (f" ({params})" if params else "")
+                routers.append(text if len(v["groups"]) == 1 else f"{g['name']}: {text}")
+            expects = "same" if v["expectations"] == s["expectations"] else "; ".join(v["expectations"]) or "none"
+            vt.add_row(v["variant"], "\n".join(routers), expects, v["name"])
+        console.print(vt)
 
 
 def register(app: typer.Typer) -> None:

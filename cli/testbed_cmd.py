@@ -31,14 +31,15 @@ err = Console(stderr=True)
 CHURN_VERBS = ("kill", "stop", "start", "restart", "pause", "unpause", "disconnect", "reconnect", "leave", "join")
 
 
-def _load(file: Path, seed: int | None):
-    from orchestrator.experiment.spec import load_experiment, resolved_to_yaml  # noqa: PLC0415
+def _load(file: Path, seed: int | None, variant: str | None, out: Path | None, backend: str):
+    """The single run `up` starts: a file with variants needs --variant."""
+    from cli.postrun import plan_runs  # noqa: PLC0415
 
-    if not file.is_file():
-        raise InputError(f"{file}: no such experiment file")
-    experiment = load_experiment(file)
-    resolved = experiment.resolve(seed)
-    return resolved, resolved_to_yaml(resolved, experiment)
+    plan = plan_runs(file, seed, out, backend, variant)
+    if len(plan.runs) > 1:
+        names = ", ".join(r.variant for r in plan.runs if r.variant)
+        raise InputError(f"{file}: has variants ({names}); choose one with --variant")
+    return plan.runs[0]
 
 
 def _backend(requested: str | None, quiet: bool) -> str:
@@ -72,14 +73,17 @@ def up(
     name: str | None = typer.Option(None, help="Testbed name (default: the experiment's name)."),
     seed: int | None = typer.Option(None, help="Override the experiment's seed."),
     out: Path | None = typer.Option(None, help="Run directory (default runs/<name>-<time>-<backend>)."),
+    variant: str | None = typer.Option(None, help="Which variant of the file to start (files with variants)."),
     as_json: bool = typer.Option(False, "--json", help="Print the nodes as JSON."),
 ) -> None:
     """Start a testbed and leave it running: nodes up and meshed, no workload."""
     from orchestrator.controller import Controller, down_testbed  # noqa: PLC0415
 
-    resolved, resolved_yaml = _load(file, seed)
     backend_name = _backend(backend, as_json)
-    ctl = Controller.create(resolved, resolved_yaml, backend_name, name, out, reporter=_reporter(as_json))
+    planned = _load(file, seed, variant, out, backend_name)
+    ctl = Controller.create(
+        planned.resolved, planned.resolved_yaml, backend_name, name, planned.run_dir, reporter=_reporter(as_json)
+    )
     try:
         ctl.up()
     except BaseException:
@@ -99,35 +103,35 @@ def run(
     file: Path = typer.Argument(..., help="Experiment file (YAML)."),
     backend: str | None = typer.Option(None, help="process or docker (default: docker when a daemon is reachable)."),
     seed: int | None = typer.Option(None, help="Override the experiment's seed."),
-    out: Path | None = typer.Option(None, help="Run directory (default runs/<name>-<time>-<backend>)."),
+    out: Path | None = typer.Option(
+        None, help="Run directory (default runs/<name>-<time>-<backend>); with variants, the parent of one per variant."
+    ),
+    variant: str | None = typer.Option(None, help="Run only this variant of the file."),
     report: bool = typer.Option(True, "--report/--no-report", help="Analyse the traces and write report.html."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Run an experiment end to end: up, workload and churn, collection, down,
     then analysis, report.html and the experiment's expectations (exit 1 when
-    one fails)."""
+    one fails). A file with variants runs each of them, one after the other."""
+    from cli.postrun import finish_runs, plan_runs  # noqa: PLC0415
     from orchestrator.controller import run_experiment  # noqa: PLC0415
 
-    resolved, resolved_yaml = _load(file, seed)
     backend_name = _backend(backend, as_json)
-    ctl = run_experiment(resolved, resolved_yaml, backend_name, out, reporter=_reporter(as_json))
+    plan = plan_runs(file, seed, out, backend_name, variant)
+    results = []
+    for planned in plan.runs:
+        ctl = run_experiment(
+            planned.resolved, planned.resolved_yaml, backend_name, planned.run_dir, reporter=_reporter(as_json)
+        )
+        results.append({"variant": planned.variant, "run_dir": str(ctl.run_dir), "warnings": ctl.warnings})
+        if not as_json:
+            for warning in ctl.warnings:
+                err.print(f"[yellow]warning:[/] {warning}")
+            console.print(f"run directory: [bold]{ctl.run_dir}[/]")
     if as_json:
-        _echo_json({"run_dir": str(ctl.run_dir), "backend": backend_name, "warnings": ctl.warnings})
-    else:
-        for warning in ctl.warnings:
-            err.print(f"[yellow]warning:[/] {warning}")
-        console.print(f"run directory: [bold]{ctl.run_dir}[/]")
-    if not report:
-        return
-    try:
-        from cli.postrun import finish_run  # noqa: PLC0415
-    except ImportError as exc:
-        err.print(f"[yellow]warning:[/] analysis not available ({exc}); traces are in {ctl.run_dir}")
-        return
-    try:
-        finish_run(ctl.run_dir, as_json=as_json)
-    except ImportError as exc:  # part of the analysis package missing on this install
-        err.print(f"[yellow]warning:[/] analysis not available ({exc}); traces are in {ctl.run_dir}")
+        _echo_json({"backend": backend_name, "runs": results})
+    if report:
+        finish_runs(plan, as_json=as_json)
 
 
 # status

@@ -76,7 +76,6 @@ def router_pids(state: Path) -> list[int]:
 
 @pytest.mark.slow
 def test_up_status_publish_churn_down(env, tmp_path):
-    pytest.importorskip("orchestrator.experiment.spec")
     file = experiment(tmp_path)
     up = json.loads(tb(env, "up", str(file), "--backend", "process", "--name", "life", "--out", str(tmp_path / "run"), "--json").stdout)
     assert up["testbed"] == "life" and len(up["nodes"]) == 4
@@ -112,11 +111,10 @@ def test_up_status_publish_churn_down(env, tmp_path):
 
 @pytest.mark.slow
 def test_run_end_to_end(env, tmp_path):
-    pytest.importorskip("orchestrator.experiment.spec")
     file = experiment(tmp_path)
     out = tb(env, "run", str(file), "--backend", "process", "--out", str(tmp_path / "run"), "--no-report", "--json")
-    doc = json.loads(out.stdout)
-    run = Path(doc["run_dir"])
+    (only_run,) = json.loads(out.stdout)["runs"]
+    run = Path(only_run["run_dir"])
     assert sorted(p.stem for p in (run / "traces").glob("*.pb")) == ["n0", "n1", "n2", "n3"]
     assert sum(1 for line in (run / "events.jsonl").read_text().splitlines() if '"publish"' in line) == 4
     assert StateStore(Path(env["TESTBED_STATE_DIR"])).names() == []
@@ -124,7 +122,6 @@ def test_run_end_to_end(env, tmp_path):
 
 @pytest.mark.slow
 def test_down_all_after_the_cli_is_sigkilled_during_up(env, tmp_path):
-    pytest.importorskip("orchestrator.experiment.spec")
     state = Path(env["TESTBED_STATE_DIR"])
     file = experiment(tmp_path, count=8)
     proc = subprocess.Popen([TESTBED, "up", str(file), "--backend", "process", "--name", "doomed",

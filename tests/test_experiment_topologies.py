@@ -19,7 +19,7 @@ FILES = sorted((ROOT / "topologies").glob("*.yaml"))
 def test_the_expected_files_exist():
     names = {f.name for f in FILES}
     assert {"quick.yaml", "simsub-100.yaml", "simsub-1000.yaml", "churn-30.yaml", "ci-smoke.yaml",
-            "floodsub-50.yaml", "gossipsub-50.yaml"} <= names
+            "floodsub-vs-gossipsub.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
@@ -62,16 +62,10 @@ def test_quick_kills_and_restarts_one_node():
     assert 12 <= len(r.nodes) <= 20
 
 
-def test_floodsub_and_gossipsub_50_differ_only_in_the_router():
-    def body(name: str) -> dict:
-        d = yaml.safe_load((ROOT / "topologies" / f"{name}-50.yaml").read_text())
-        d.pop("name")
-        d["nodes"].pop("router")
-        return d
-
-    assert body("floodsub") == body("gossipsub")
-    f = load_experiment(ROOT / "topologies" / "floodsub-50.yaml").resolve()
-    g = load_experiment(ROOT / "topologies" / "gossipsub-50.yaml").resolve()
+def test_floodsub_vs_gossipsub_variants_differ_only_in_the_router():
+    # more in test_experiment_variants.py
+    (_, f), (_, g) = load_experiment(ROOT / "topologies" / "floodsub-vs-gossipsub.yaml").variants()
+    f, g = f.resolve(), g.resolve()
     assert f.edges == g.edges and f.links == g.links and f.publishes == g.publishes and f.churn == g.churn
     assert [n.seed for n in f.nodes] == [n.seed for n in g.nodes]
     assert {n.router for n in f.nodes} == {"floodsub"} and {n.router for n in g.nodes} == {"gossipsub"}

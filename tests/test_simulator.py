@@ -53,8 +53,8 @@ def test_sim_quick_prints_summary_and_leaves_a_run_directory(tmp_path):
         [TESTBED, "sim", str(TOPOLOGIES / "quick.yaml"), "--out", str(tmp_path / "run"), "--no-report", "--json"],
         capture_output=True, text=True, check=True,
     )
-    doc = json.loads(out.stdout)
-    summary = doc["summary"]
+    (only_run,) = json.loads(out.stdout)["runs"]
+    summary = only_run["summary"]
     for key in ("nodes", "messages", "publish", "deliver", "connect", "pubsub.publish",
                 "graft", "prune", "ihave", "iwant", "delivery_ratio", "latency_p50_ms", "latency_p99_ms"):
         assert key in summary

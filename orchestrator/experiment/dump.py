@@ -5,6 +5,9 @@ resolving it gives the same `ResolvedExperiment` (same `digest()`), on the same
 version of the testbed: the concrete choices are re-derived from the seed, not
 listed, so the file stays readable for a thousand nodes. The header comment
 records the digest to check against.
+
+A variant (spec.Experiment.variants()) is written as an experiment of its own:
+its name, its routers and parameters, its expectations, and no `variants:` key.
 """
 
 from __future__ import annotations
@@ -180,7 +183,7 @@ def resolved_to_yaml(resolved: ResolvedExperiment, experiment: Experiment | None
     source file (resolved.source) is loaded again."""
     from pathlib import Path
 
-    exp = experiment if experiment is not None else load_experiment(Path(resolved.source))
+    exp = experiment if experiment is not None else _experiment_of(resolved)
     steady_until = None
     if exp.churn.steady is not None and exp.churn.steady.until is None:
         last = max((p.at for p in resolved.publishes), default=0.0)
@@ -194,4 +197,19 @@ def resolved_to_yaml(resolved: ResolvedExperiment, experiment: Experiment | None
         f"{len(resolved.churn)} churn actions; the run ends at t={resolved.end_time():g}s.",
         "# Per-node engine seeds are sha256('<seed>/node/<name>')[:8] >> 1; see docs/experiment-files.md.",
     ]
+    if exp.variant is not None:
+        header.insert(1, f"# Variant {exp.variant!r} of that file: its set-up with these routers; the other variants share it.")
     return "\n".join(header) + "\n" + dump_dict(d)
+
+
+def _experiment_of(resolved: ResolvedExperiment) -> Experiment:
+    """The experiment `resolved` came from: its source file, or the variant of
+    it that carries its name."""
+    from pathlib import Path
+
+    exp = load_experiment(Path(resolved.source))
+    if exp.name != resolved.name:
+        for _, variant in exp.variants():
+            if variant.name == resolved.name:
+                return variant
+    return exp

@@ -168,6 +168,30 @@ def experiment_json_schema() -> dict[str, Any]:
         },
         ("fraction", "session"),
     )
+    expectations = {"type": "array", "items": {"type": "string", "pattern": spec.EXPECTATION_RE.pattern}}
+    override = {
+        "router": {"enum": list(ROUTERS)},
+        "router_params": {"type": ["object", "null"],
+                          "description": "merged over the group's own when the router stays the same; "
+                                         "replacing them when the router changes"},
+    }
+    variant = _obj(
+        {
+            "name": {**NAME, "description": "the variant's experiment name (default '<name>-<variant>')"},
+            **override,
+            "groups": {"type": "object", "description": "per-group overrides (groups: form only), by group name",
+                       "additionalProperties": {"anyOf": [{"type": "null"}, _obj(dict(override), **_router_params())]}},
+            "expectations": {**expectations, "description": "replaces the file's expectations for this variant"},
+        },
+        **_router_params(),
+    )
+    variants = {
+        "type": "object", "minProperties": 1,
+        "description": "the same experiment run once per variant, each overriding only routers, "
+                       "router parameters, name and expectations (see docs/experiment-files.md)",
+        "propertyNames": {"pattern": spec.VARIANT_NAME_RE.pattern},
+        "additionalProperties": {"anyOf": [{"type": "null"}, variant]},
+    }
     props = {
         "name": NAME,
         "description": {"type": "string"},
@@ -178,10 +202,11 @@ def experiment_json_schema() -> dict[str, Any]:
         "links": links,
         "workload": {"anyOf": [workload, {"type": "array", "items": workload}]},
         "churn": _obj({"timeline": {"type": "array", "items": entry}, "steady": steady}),
-        "expectations": {"type": "array", "items": {"type": "string", "pattern": spec.EXPECTATION_RE.pattern}},
+        "expectations": expectations,
         "duration": TIME,
         "linger": {**TIME, "default": spec.DEFAULT_LINGER},
         "resources": resources,
+        "variants": variants,
     }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -10,6 +10,11 @@ errors, so a typo never silently falls back to a default.
 Node names are fixed at load time (no randomness): a file with one group names
 its nodes n0, n1, ... n<count-1>; with several groups, `<group>-0`,
 `<group>-1`, ...; a group's `prefix` overrides either rule.
+
+A file may declare `variants:` (name -> router/router_params/name/expectations
+overrides): `Experiment.variants()` gives one complete `Experiment` per variant,
+sharing everything else (overlay, links, workload, churn, node names and seeds),
+so the routers are compared on an identical set-up.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ DISTRIBUTIONS = ("exponential", "weibull")
 # The keys each mapping accepts (schema.py describes the same ones).
 TOP_KEYS = (
     "name", "description", "seed", "nodes", "groups", "overlay", "links", "workload",
-    "churn", "expectations", "duration", "linger", "resources",
+    "churn", "expectations", "duration", "linger", "resources", "variants",
 )
 GROUP_KEYS = ("name", "count", "router", "router_params", "topics", "prefix", "region", "uplink", "resources")
 RESOURCE_KEYS = ("memory", "cpus")
@@ -73,6 +78,9 @@ CHURN_KEYS = ("timeline", "steady")
 ENTRY_KEYS = ("at", "every", "from", "until", "action", "select", "topic", "peers", "for")
 STEADY_KEYS = ("fraction", "action", "session", "downtime", "select", "from", "until")
 DIST_KEYS = ("distribution", "mean", "shape", "scale", "min")
+VARIANT_KEYS = ("name", "router", "router_params", "groups", "expectations")
+VARIANT_GROUP_KEYS = ("router", "router_params")
+VARIANT_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 # --------------------------------------------------------------------------
@@ -277,6 +285,8 @@ class Experiment:
     resources: dict[str, Any]
     source: Source = field(compare=False, repr=False)
     single_group_form: bool = False  # written as `nodes:` rather than `groups:`
+    variant: str | None = None  # which of its file's variants this is (None: the file itself)
+    variant_set: tuple[tuple[str, Experiment], ...] = field(default=(), compare=False, repr=False)
 
     @property
     def file(self) -> str:
@@ -284,6 +294,14 @@ class Experiment:
 
     def node_names(self) -> list[str]:
         return [name for g in self.groups for name in g.node_names()]
+
+    def variants(self) -> list[tuple[str, Experiment]]:
+        """(variant name, experiment) for each entry of the file's `variants:`,
+        in file order; empty when it has none. Each experiment is complete (its
+        own name, routers and expectations; no variants of its own) and resolves
+        to the same overlay, links, workload, churn and node seeds as the others
+        for the same seed: only the routers (and expectations) differ."""
+        return list(self.variant_set)
 
     def error(self, path: Path_, message: str) -> InputError:
         return self.source.error(path, message)
@@ -467,6 +485,7 @@ class _Parser:
             raise self.err((), "expected exactly one of 'nodes' (one group) or 'groups' (a list of groups)")
         if "nodes" in top:
             groups = (self.group(top["nodes"], ("nodes",), single=True, index=0, defaults=resources),)
+            raw_groups = [top["nodes"]]
         else:
             items = self.list_of(top["groups"], ("groups",), "groups")
             if not items:
@@ -475,6 +494,7 @@ class _Parser:
                 self.group(g, ("groups", i), single=len(items) == 1, index=i, defaults=resources)
                 for i, g in enumerate(items)
             )
+            raw_groups = items
         seen_groups: dict[str, int] = {}
         for i, g in enumerate(groups):
             if g.name in seen_groups:
@@ -519,12 +539,127 @@ class _Parser:
                     "steady churn needs an end: set 'until' here or the experiment's 'duration' "
                     "(it defaults to the last message's time, and there is no message after 'from')",
                 )
-        return Experiment(
+        base = Experiment(
             name=name, description=description, seed=seed, groups=groups, overlay=overlay,
             links=links, workloads=workloads, churn=churn, expectations=expectations,
             duration=duration, linger=linger, resources=resources, source=self.src,
             single_group_form="nodes" in top,
         )
+        if "variants" in top:
+            base = dataclasses.replace(base, variant_set=self.variants(top["variants"], base, raw_groups))
+        return base
+
+    # -- variants
+
+    def variants(self, value: Any, base: Experiment, raw_groups: list[Any]) -> tuple[tuple[str, Experiment], ...]:
+        """Each variant: the base experiment with its groups' routers, router
+        parameters, name and expectations overridden; nothing else can differ."""
+        path: Path_ = ("variants",)
+        example = "e.g. {floodsub: {router: floodsub}, gossipsub: {router: gossipsub}}"
+        if not isinstance(value, dict):
+            raise self.err(path, f"expected a mapping from variant names to overrides ({example}), got {_describe(value)}")
+        if not value:
+            raise self.err(path, f"expected at least one variant ({example})")
+        out: list[tuple[str, Experiment]] = []
+        names: dict[str, str] = {}
+        for vname, raw in value.items():
+            vpath = (*path, vname)
+            if not VARIANT_NAME_RE.match(vname):
+                raise self.err(vpath, f"expected a variant name (letters, digits, '_', '-'), got {vname!r}", key=True)
+            m = self.mapping({} if raw is None else raw, vpath, VARIANT_KEYS)
+            if "name" in m:
+                name = self.name(m["name"], (*vpath, "name"), "an experiment name")
+            else:
+                name = f"{base.name}-{vname}"
+            if name in names:
+                raise self.err(
+                    (*vpath, "name") if "name" in m else vpath,
+                    f"variant {vname!r} would be named {name!r} like variant {names[name]!r}; give it another 'name'",
+                    key="name" not in m,
+                )
+            names[name] = vname
+            wide = self.variant_layer(m, vpath)
+            per_group: dict[str, tuple[str | None, dict[str, Any] | None, Path_]] = {}
+            if "groups" in m:
+                gpath = (*vpath, "groups")
+                if base.single_group_form:
+                    raise self.err(
+                        gpath, "the file declares its one group with 'nodes:'; set 'router' and "
+                        "'router_params' directly in the variant", key=True,
+                    )
+                gm = m["groups"]
+                if not isinstance(gm, dict):
+                    raise self.err(gpath, f"expected a mapping from group names to {{router, router_params}}, got {_describe(gm)}")
+                known = [g.name for g in base.groups]
+                for gname, graw in gm.items():
+                    if gname not in known:
+                        raise self.err((*gpath, gname), f"no group named {gname!r} (groups: {', '.join(known)})", key=True)
+                    gm_ = self.mapping({} if graw is None else graw, (*gpath, gname), VARIANT_GROUP_KEYS)
+                    per_group[gname] = self.variant_layer(gm_, (*gpath, gname))
+            groups = tuple(
+                self.variant_group(g, raw_g, (wide, per_group.get(g.name)))
+                for g, raw_g in zip(base.groups, raw_groups)
+            )
+            expectations = (
+                self.expectations(m["expectations"], (*vpath, "expectations")) if "expectations" in m else base.expectations
+            )
+            out.append((vname, dataclasses.replace(
+                base, name=name, groups=groups, expectations=expectations, variant=vname, variant_set=(),
+            )))
+        return tuple(out)
+
+    def variant_layer(self, m: dict, path: Path_) -> tuple[str | None, dict[str, Any] | None, Path_]:
+        """A variant's (or one of its groups') router and router_params, checked
+        as far as they can be without knowing the group."""
+        router = None
+        if "router" in m:
+            router = m["router"]
+            if not isinstance(router, str) or router not in ROUTERS:
+                raise self.err((*path, "router"), f"expected a router, one of: {', '.join(ROUTERS)}; got {_describe(router)}")
+        params = None
+        if "router_params" in m:
+            params = {} if m["router_params"] is None else m["router_params"]
+            if not isinstance(params, dict):
+                raise self.err((*path, "router_params"), f"expected a mapping of router parameters, got {_describe(params)}")
+        return router, params, path
+
+    def variant_group(
+        self, g: Group, raw: Any, layers: tuple[tuple[str | None, dict[str, Any] | None, Path_] | None, ...],
+    ) -> Group:
+        """The group with the variant's overrides: the variant-wide layer, then
+        the group's own. A layer that changes the router discards the parameters
+        written for the previous one; otherwise its parameters are merged over them."""
+        router = g.router
+        raw_params = raw.get("router_params") if isinstance(raw, dict) else None
+        params: dict[str, Any] = dict(raw_params or {})
+        origins: dict[str, Path_] = {k: (*g.path, "router_params", k) for k in params}
+        params_path: Path_ = (*g.path, "router_params")
+        router_path: Path_ = (*g.path, "router")
+        touched = False
+        for layer in layers:
+            if layer is None:
+                continue
+            lrouter, lparams, lpath = layer
+            if lrouter is not None:
+                touched = True
+                router_path = (*lpath, "router")
+                if lrouter != router:
+                    router, params, origins = lrouter, {}, {}
+                    params_path = (*lpath, "router_params")
+            if lparams is not None:
+                touched = True
+                params_path = (*lpath, "router_params")
+                params.update(lparams)
+                origins.update({k: (*params_path, k) for k in lparams})
+        if not touched:
+            return g
+        full = self.router_params(router, params, params_path, origins)
+        if router == "simsub" and len(g.topics) != 1:
+            raise self.err(
+                router_path, f"simsub routers have exactly one topic (as the reference actor); group {g.name!r} "
+                f"subscribes to {len(g.topics)}",
+            )
+        return dataclasses.replace(g, router=router, router_params=full)
 
     def check_within(self, duration: float, workloads: tuple[Workload, ...], churn: Churn) -> None:
         for w in workloads:
@@ -614,24 +749,38 @@ class _Parser:
         except ValueError as exc:
             raise self.err(path, str(exc)) from None
 
-    def router_params(self, router: str, value: Any, path: Path_) -> dict[str, Any]:
+    def router_params(
+        self, router: str, value: Any, path: Path_, origins: dict[str, Path_] | None = None,
+    ) -> dict[str, Any]:
+        """`origins`: where each key was written, when not at path.key (a
+        variant's parameters merged over its group's)."""
         kind = ROUTERS[router]
         if value is None:
             value = {}
         fields = {f.name: f for f in dataclasses.fields(kind.params)} if dataclasses.is_dataclass(kind.params) else {}
         known = sorted(set(fields) - set(kind.fixed))
+        where_of = dict(origins or {})
+        if isinstance(value, dict):
+            for k in value:
+                if k not in known:
+                    raise self.err(
+                        where_of.get(k, (*path, k)), f"unknown key; expected one of: {', '.join(known)} "
+                        f"(the parameters of {router})", key=True,
+                    )
         m = self.mapping(value, path, tuple(known))
         values: dict[str, Any] = {}
         for key, v in m.items():
-            values[key] = self.param_value(v, str(fields[key].type), (*path, key))
+            values[key] = self.param_value(v, str(fields[key].type), where_of.get(key, (*path, key)))
         try:
             params = kind.make_params(values)
         except (ValueError, TypeError) as exc:
             message = str(exc)
             where = path
-            for key in sorted(values, key=len, reverse=True):
+            # prefer the keys written here (a variant's) over those merged in
+            here = len(path)
+            for key in sorted(values, key=lambda k: (where_of.get(k, (*path, k))[:here] != path, -len(k))):
                 if re.search(rf"\b{re.escape(key)}\b", message):
-                    where = (*path, key)
+                    where = where_of.get(key, (*path, key))
                     break
             raise self.err(where, f"bad {router} parameters: {message}") from None
         full = dataclasses.asdict(params)
