@@ -11,8 +11,8 @@ N random known peers minus those in the mesh. Its first heartbeat fires after
 
 Extensions the testbed needs and the actor lacks (docs/protocol-choices.md):
 a peer can disconnect (removed from peers and mesh), and leave/join of the
-topic (PRUNE the mesh on leave; while left, no delivery and GRAFT is answered
-with PRUNE).
+topic (PRUNE the mesh on leave; while left, no delivery, IHAVE is ignored and
+GRAFT is answered with PRUNE).
 """
 
 from __future__ import annotations
