@@ -26,7 +26,6 @@ import importlib
 import importlib.util
 import json
 import os
-import random
 import secrets
 import threading
 import time
@@ -42,6 +41,8 @@ from node.runtime.client import ControlClient, ControlError
 from orchestrator.backend import Backend, NodeAddress, ShapingCapabilities
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
 from orchestrator.experiment.model import ChurnAction, LinkParams, Publish, ResolvedExperiment
+from orchestrator.experiment.resolve import incarnation_seed
+from orchestrator.rundir import default_run_dir
 from orchestrator.runinfo import RunWriter, host_facts
 from orchestrator.state import StateStore, check_name
 from orchestrator.version import tool_version
@@ -122,11 +123,6 @@ class RichReporter(Reporter):
 
 
 # Plans
-
-def hash_seed(seed: int, incarnation: int) -> int:
-    """A fresh but reproducible engine seed for a restarted node (the simulator's)."""
-    return random.Random(f"{seed}-{incarnation}").getrandbits(63)
-
 
 def neighbours_of(resolved: ResolvedExperiment) -> dict[str, list[str]]:
     out: dict[str, set[str]] = {n.name: set() for n in resolved.nodes}
@@ -216,12 +212,6 @@ def mesh_low(router: str, params: dict[str, Any]) -> int:
     if key is None:
         return 0
     return int(params.get(key, 4))
-
-
-def default_run_dir(name: str, backend: str) -> Path:
-    from orchestrator.rundir import default_run_dir as shared  # noqa: PLC0415
-
-    return shared(name, backend)
 
 
 class Controller:
@@ -405,7 +395,7 @@ class Controller:
         st = self.nodes[name]
         st.incarnation += 1
         st.isolated = None
-        seed = st.seed if st.incarnation == 1 else hash_seed(st.seed, st.incarnation)
+        seed = incarnation_seed(st.seed, st.incarnation)
         return replace(self.configs[name], seed=seed, topics=tuple(st.topics))
 
     def _start_node(self, name: str, first: bool = False) -> None:

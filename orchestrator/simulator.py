@@ -27,6 +27,7 @@ from node.traceenc import EventEncoder
 from node.tracefile import rpc_event
 from node.wire import Message, PeerId, rpc_size, seqno_bytes
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
+from orchestrator.experiment.resolve import incarnation_seed
 
 INJECTOR_ID = b"injector"
 WARMUP_S = 3.0
@@ -343,7 +344,7 @@ class Simulator:
 
     def _start(self, node: SimNode, t: int) -> None:
         node.incarnation += 1
-        seed = node.seed if node.incarnation == 1 else hash_seed(node.seed, node.incarnation)
+        seed = incarnation_seed(node.seed, node.incarnation)
         node.engine = make_router(node.router, node.peer_id, seed, node.params)
         node.state = "up"
         node.paused_inbox.clear()
@@ -499,8 +500,3 @@ def payload(seq: int, size: int) -> bytes:
     """Deterministic message data of the requested size."""
     head = f"msg-{seq}:".encode()
     return (head * (size // len(head) + 1))[:size]
-
-
-def hash_seed(seed: int, incarnation: int) -> int:
-    """A fresh but reproducible engine seed for a restarted node."""
-    return random.Random(f"{seed}-{incarnation}").getrandbits(63)

@@ -43,6 +43,12 @@ def derive_seed(seed: int, *purpose: object) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
 
+def incarnation_seed(seed: int, incarnation: int) -> int:
+    """The engine seed of a node's n-th start: its own seed first, then a fresh
+    but reproducible one per restart (shared by the simulator and the backends)."""
+    return seed if incarnation == 1 else derive_seed(seed, "incarnation", incarnation)
+
+
 def resolve(exp: Experiment, seed: int) -> ResolvedExperiment:
     return _Resolver(exp, seed).run()
 
