@@ -2,7 +2,7 @@
 Docker), so the run controller drives churn, shaping and collection the same
 way whatever runs the nodes.
 
-Order of calls for one testbed: `prepare` (network, addresses) ->
+Order of calls for one testbed: `set_resources` per node, `prepare` (network, addresses) ->
 `shaping_capabilities` -> `start` each node (its NodeConfig already carries the
 user-space part of the shaping) -> `apply_kernel_shaping` -> churn verbs ->
 `collect_traces` -> `destroy`. `cleanup` is a class method: it must find and
@@ -50,6 +50,10 @@ class Backend(ABC):
     def __init__(self, testbed: str, run_dir: Path) -> None:
         self.testbed = testbed
         self.run_dir = run_dir
+
+    def set_resources(self, node: str, memory: str | None = None, cpus: float | None = None) -> None:
+        """Memory (e.g. "256m") and CPU limits for a node, before `prepare`.
+        Backends that cannot enforce them (local processes) ignore them."""
 
     @abstractmethod
     def prepare(self, nodes: Sequence[str]) -> dict[str, NodeAddress]:

@@ -344,6 +344,9 @@ class Controller:
         self.t0_ns = time.time_ns()
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.event("run_start")
+        for spec in resolved.nodes:
+            if spec.memory or spec.cpus:
+                self.backend.set_resources(spec.name, spec.memory, spec.cpus)
         addresses = self.backend.prepare(names)
         self.caps = self.backend.shaping_capabilities()
         if self.caps.path != "netem":

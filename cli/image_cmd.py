@@ -1,0 +1,65 @@
+"""`testbed image build|ls`: the router image the Docker backend runs. `testbed
+up` builds it on first use; this command builds it ahead of time (and shows how
+long a build from nothing takes here)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.image import BASES, build_image, list_images
+
+console = Console()
+image_app = typer.Typer(help="Build and list the router image for the Docker backend.", no_args_is_help=True)
+
+
+@image_app.command("build")
+def build(
+    base: str = typer.Option(
+        "auto", "--base",
+        help="auto (python:3.11-slim if present or pullable, else a debootstrapped Debian bookworm), "
+             "debootstrap, or python:3.11-slim.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Build the router image (a no-op when nothing changed)."""
+    if base not in BASES:
+        raise typer.BadParameter(f"choose one of {', '.join(BASES)}", param_hint="--base")
+    started = time.monotonic()
+    err = Console(stderr=True, log_path=False)
+    with err.status("building the router image", spinner="dots") as status:
+        def progress(message: str) -> None:
+            status.update(message)
+            if not as_json:
+                err.log(message)
+
+        info = build_image(base=base, progress=progress)
+    if as_json:
+        typer.echo(json.dumps(info.to_dict(), indent=1))
+        return
+    verb = "built" if info.built else "up to date:"
+    console.print(f"{verb} [bold]{info.tag}[/] on {info.base} "
+                  f"({info.size_bytes / 1e6:.0f} MB, {time.monotonic() - started:.1f}s)")
+
+
+@image_app.command("ls")
+def ls(as_json: bool = typer.Option(False, "--json", help="Print the images as JSON.")) -> None:
+    """List the images the testbed built (label gossip-testbed=1)."""
+    rows = list_images()
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    table = Table(title="gossip-testbed images")
+    for column in ("tags", "id", "created", "size"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(", ".join(row["tags"]), row["id"], row["created"][:19], f"{row['size_bytes'] / 1e6:.0f} MB")
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(image_app, name="image")

@@ -1,0 +1,99 @@
+"""Small helpers shared by the Docker image build and the Docker backend: one
+place that connects to the daemon and turns "no daemon" into one clear
+BackendUnavailable, the label names, and the cache directory.
+
+Labels follow containerlab's habit: everything the testbed creates carries
+them, and nothing without them is ever removed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import BackendUnavailable
+
+LABEL = "gossip-testbed"  # "1" on images, the base image and every object below
+LABEL_TESTBED = "gossip-testbed.testbed"
+LABEL_RUN = "gossip-testbed.run"
+LABEL_NODE = "gossip-testbed.node"
+# The state directory (orchestrator.state) of the CLI that made an object:
+# `testbed down --all` removes only its own state dir's objects, so a test
+# suite with its own TESTBED_STATE_DIR never touches a real testbed.
+LABEL_STATE = "gossip-testbed.state"
+
+Progress = Callable[[str], None] | None
+
+
+def say(progress: Progress, message: str) -> None:
+    if progress is not None:
+        progress(message)
+
+
+def cache_dir() -> Path:
+    """$TESTBED_CACHE_DIR, else $XDG_CACHE_HOME/gossip-testbed, else
+    ~/.cache/gossip-testbed."""
+    env = os.environ.get("TESTBED_CACHE_DIR")
+    if env:
+        path = Path(env)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        path = Path(base) / "gossip-testbed"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def current_state_dir() -> str:
+    try:
+        from orchestrator.state import state_dir  # noqa: PLC0415
+
+        return str(state_dir().resolve())
+    except Exception:  # noqa: BLE001 - no state module: one global scope
+        return ""
+
+
+def _where() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def docker_client(timeout: int = 120) -> Any:
+    """A connected docker SDK client; BackendUnavailable naming what was tried
+    when the SDK is missing or no daemon answers."""
+    try:
+        import docker  # noqa: PLC0415 - optional at import time of the CLI
+    except ImportError as exc:  # pragma: no cover - the SDK is a dependency
+        raise BackendUnavailable(
+            f"the docker backend needs the Docker SDK for Python (pip install docker): {exc}"
+        ) from exc
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except Exception as exc:  # DockerException, requests' ConnectionError, PermissionError
+        raise BackendUnavailable(
+            f"no Docker daemon reachable at {_where()} (tried docker.from_env() and ping: "
+            f"{_short(exc)}); start Docker, set DOCKER_HOST, or use --backend process"
+        ) from exc
+    return client
+
+
+def docker_available() -> tuple[bool, str]:
+    """(True, "Docker <version> at <where>") or (False, why): for the CLI's
+    choice of a default backend."""
+    try:
+        client = docker_client(timeout=10)
+    except BackendUnavailable as exc:
+        return False, str(exc)
+    try:
+        version = client.version().get("Version", "?")
+    except Exception as exc:  # pragma: no cover - answered ping, then failed
+        return False, f"Docker daemon at {_where()} answered ping but not version: {_short(exc)}"
+    finally:
+        client.close()
+    return True, f"Docker {version} at {_where()}"
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) < 300 else text[:300] + "..."

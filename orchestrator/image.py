@@ -1,0 +1,489 @@
+"""The router image: node/ plus only its runtime dependencies (trio, protobuf),
+built without any network access inside `docker build`.
+
+Why this shape:
+- The dependencies are installed on the host with
+  `pip install --target --only-binary=:all: --platform manylinux... --python-version 3.11`,
+  pinned to the versions in the host's environment (so the generated protobuf
+  code and the runtime match), and copied into the build context. `docker build`
+  then needs no registry and no PyPI.
+- The base is `python:3.11-slim` where a registry can be reached. Where none can
+  (this project's machines), a Debian bookworm base is bootstrapped locally with
+  debootstrap (bookworm's python3 is 3.11, matching the wheels) and `docker
+  import`ed; the rootfs tarball is kept in the cache so the next import is fast.
+- The image tag is a content hash of everything that goes in (node/ sources,
+  pinned dependency versions, base image id, Dockerfile), so a rebuild with
+  nothing changed is a tag lookup.
+
+Order in `--base auto`: python:3.11-slim already present; our debootstrapped
+base already present; a pull of python:3.11-slim (short timeout); debootstrap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata as metadata
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.docker_util import LABEL, Progress, cache_dir, docker_client, say
+from orchestrator.errors import BackendUnavailable, InputError, TestbedError
+
+IMAGE_REPO = "gossip-testbed/node"
+BASE_REPO = "gossip-testbed/base"
+SLIM = "python:3.11-slim"
+PYTHON_VERSION = "3.11"
+# The rootfs debootstrap builds: minbase + python3 (3.11 in bookworm) + iproute2
+# (tc/ip inside the image, for `docker exec` debugging; the backend shapes from
+# the host with nsenter and does not need them).
+DEBIAN_SUITE = "bookworm"
+DEBIAN_INCLUDE = ("python3", "iproute2")
+DEBIAN_MIRROR = os.environ.get("TESTBED_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+TRIM_VERSION = 1  # bump when _trim_rootfs changes, so the cached base is rebuilt
+PULL_TIMEOUT_S = 20.0
+BASES = ("auto", "debootstrap", SLIM)
+IMAGE_FORMAT = 2  # bump when how the image is assembled changes beyond the Dockerfile text
+LABEL_BASE = "gossip-testbed.base"  # on router images: the base they were built on
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NODE_DIR = REPO_ROOT / "node"
+
+DOCKERFILE = """\
+FROM {base}
+COPY opt /opt
+RUN python3 -m compileall -q -j 0 /opt/testbed >/dev/null
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
+    PYTHONPATH=/opt/testbed/app:/opt/testbed/site-packages \\
+    PYTHONUNBUFFERED=1 \\
+    PYTHONDONTWRITEBYTECODE=1
+ENTRYPOINT ["python3", "-m", "node"]
+LABEL gossip-testbed=1 gossip-testbed.base={base_ref}
+"""
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    tag: str
+    image_id: str
+    base: str
+    base_id: str
+    built: bool  # False: the tag existed, nothing was done
+    seconds: float
+    size_bytes: int
+    dependencies: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tag": self.tag, "image_id": self.image_id, "base": self.base,
+            "base_id": self.base_id, "built": self.built, "seconds": round(self.seconds, 3),
+            "size_bytes": self.size_bytes, "dependencies": list(self.dependencies),
+        }
+
+
+def ensure_image(progress: Progress = None, base: str = "auto") -> str:
+    """The tag of an up-to-date router image, building it (and its base) when
+    needed. Called by `testbed up` on first use."""
+    return build_image(base=base, progress=progress).tag
+
+
+def build_image(base: str = "auto", progress: Progress = None, client: Any = None) -> ImageInfo:
+    if base not in BASES:
+        raise InputError(f"--base must be one of {', '.join(BASES)}, not {base!r}")
+    started = time.monotonic()
+    own = client is None
+    client = client or docker_client(timeout=600)
+    try:
+        with _lock("image"):
+            base_ref, base_id = _resolve_base(client, base, progress)
+            deps = runtime_requirements()
+            dockerfile = DOCKERFILE.format(base=base_id, base_ref=base_ref)
+            tag = f"{IMAGE_REPO}:{_content_hash(dockerfile, base_id, deps)}"
+            existing = _image_or_none(client, tag)
+            if existing is not None:
+                say(progress, f"image {tag} is up to date")
+                return _info(existing, tag, base_ref, base_id, False, started, deps)
+            site = _site_packages(deps, progress)
+            say(progress, f"building {tag} from {base_ref}")
+            image = _docker_build(client, dockerfile, site, tag, base_ref, progress)
+            _prune_old(client, keep=image.id, base_ref=base_ref, progress=progress)
+            return _info(image, tag, base_ref, base_id, True, started, deps)
+    finally:
+        if own:
+            client.close()
+
+
+def list_images(client: Any = None) -> list[dict[str, Any]]:
+    own = client is None
+    client = client or docker_client()
+    try:
+        rows = []
+        for image in client.images.list(filters={"label": f"{LABEL}=1"}):
+            rows.append({
+                "tags": image.tags, "id": image.short_id,
+                "created": image.attrs.get("Created", ""),
+                "size_bytes": image.attrs.get("Size", 0),
+            })
+        return sorted(rows, key=lambda r: r["created"], reverse=True)
+    finally:
+        if own:
+            client.close()
+
+
+# ---------------------------------------------------------------- dependencies
+
+
+def _node_imports_yaml() -> bool:
+    pattern = re.compile(r"^\s*(import yaml|from yaml\b)", re.M)
+    return any(pattern.search(p.read_text(errors="replace")) for p in NODE_DIR.rglob("*.py"))
+
+
+def runtime_requirements() -> tuple[str, ...]:
+    """`name==version` for the router's runtime dependencies and everything they
+    need on Linux/CPython 3.11, pinned to the host's installed versions."""
+    roots = ["trio", "protobuf"] + (["pyyaml"] if _node_imports_yaml() else [])
+    env = {
+        "python_version": PYTHON_VERSION, "python_full_version": PYTHON_VERSION + ".2",
+        "sys_platform": "linux", "os_name": "posix", "platform_system": "Linux",
+        "platform_machine": platform.machine(), "implementation_name": "cpython",
+        "platform_python_implementation": "CPython", "extra": "",
+    }
+    Requirement = _requirement_class()
+    pins: dict[str, str] = {}
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        key = _canon(name)
+        if key in pins:
+            continue
+        try:
+            pins[key] = metadata.version(name)
+        except metadata.PackageNotFoundError as exc:
+            raise TestbedError(
+                f"the router image needs {name!r} installed in this environment "
+                f"({sys.executable}) to pin its version: pip install {name}"
+            ) from exc
+        for line in metadata.requires(name) or []:
+            req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            todo.append(req.name)
+    return tuple(sorted(f"{k}=={v}" for k, v in pins.items()))
+
+
+def _requirement_class() -> Any:
+    try:
+        from packaging.requirements import Requirement  # noqa: PLC0415
+    except ImportError:  # pip always vendors it
+        from pip._vendor.packaging.requirements import Requirement  # noqa: PLC0415
+    return Requirement
+
+
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pip_platforms() -> list[str]:
+    machine = platform.machine()
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
+    return [f"manylinux_2_28_{arch}", f"manylinux2014_{arch}", f"manylinux_2_17_{arch}"]
+
+
+def _site_packages(deps: tuple[str, ...], progress: Progress) -> Path:
+    """The dependencies installed for the image's Python, cached by their pins."""
+    key = hashlib.sha256(
+        json.dumps([deps, _pip_platforms(), PYTHON_VERSION]).encode()
+    ).hexdigest()[:16]
+    root = cache_dir() / "site-packages" / key
+    if (root / ".complete").exists():
+        say(progress, f"dependencies cached in {root}")
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    say(progress, f"downloading wheels for the image: {' '.join(deps)}")
+    cmd = [
+        sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+        "--no-deps", "--no-compile", "--target", str(root), "--only-binary=:all:",
+        "--python-version", PYTHON_VERSION, "--implementation", "cp",
+        "--abi", "cp" + PYTHON_VERSION.replace(".", ""),
+        "--cache-dir", str(cache_dir() / "pip"),
+    ]
+    for plat in _pip_platforms():
+        cmd += ["--platform", plat]
+    cmd += list(deps)
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        raise TestbedError(
+            "could not fetch the router's dependencies for the image from PyPI "
+            f"({' '.join(deps)}):\n{result.stderr.strip()[-2000:]}"
+        )
+    shutil.rmtree(root / "bin", ignore_errors=True)
+    for cache in root.rglob("__pycache__"):
+        shutil.rmtree(cache, ignore_errors=True)
+    (root / ".complete").write_text("\n".join(deps) + "\n")
+    return root
+
+
+# ---------------------------------------------------------------- content hash
+
+
+def _node_files() -> list[Path]:
+    return sorted(
+        p for p in NODE_DIR.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+    )
+
+
+def _content_hash(dockerfile: str, base_id: str, deps: tuple[str, ...]) -> str:
+    digest = hashlib.sha256()
+    for part in (str(IMAGE_FORMAT), dockerfile, base_id, "\n".join(deps), "\n".join(_pip_platforms())):
+        digest.update(part.encode() + b"\0")
+    for path in _node_files():
+        digest.update(str(path.relative_to(NODE_DIR)).encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:12]
+
+
+# ---------------------------------------------------------------- build
+
+
+def _docker_build(client: Any, dockerfile: str, site: Path, tag: str, base_ref: str,
+                  progress: Progress) -> Any:
+    with tempfile.TemporaryDirectory(prefix="gtb-image-", dir=cache_dir()) as tmp:
+        ctx = Path(tmp)
+        (ctx / "Dockerfile").write_text(dockerfile)
+        opt = ctx / "opt" / "testbed"
+        shutil.copytree(site, opt / "site-packages", ignore=shutil.ignore_patterns(".complete"))
+        shutil.copytree(NODE_DIR, opt / "app" / "node",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        error = None
+        log: list[str] = []
+        try:
+            for chunk in client.api.build(
+                path=str(ctx), tag=tag, rm=True, forcerm=True, pull=False, decode=True,
+            ):
+                if "stream" in chunk:
+                    line = chunk["stream"].strip()
+                    if line:
+                        log.append(line)
+                        if line.startswith("Step "):
+                            say(progress, line)
+                if "error" in chunk:
+                    error = chunk["error"].strip()
+        except Exception as exc:
+            error = str(exc)
+        if error:
+            raise TestbedError(f"docker build of {tag} failed: {error}\n" + "\n".join(log[-20:]))
+    return client.images.get(tag)
+
+
+def _prune_old(client: Any, keep: str, base_ref: str, progress: Progress) -> None:
+    """Remove older router images on the same base that no container uses (a
+    changed node/ makes a new tag each time)."""
+    import docker.errors  # noqa: PLC0415
+
+    for image in client.images.list(IMAGE_REPO, filters={"label": f"{LABEL_BASE}={base_ref}"}):
+        if image.id == keep:
+            continue
+        try:
+            client.images.remove(image.id, noprune=False)
+            say(progress, f"removed the older image {', '.join(image.tags) or image.short_id}")
+        except docker.errors.APIError:
+            continue  # in use by a container (a running testbed): keep it
+
+
+def _info(image: Any, tag: str, base_ref: str, base_id: str, built: bool,
+          started: float, deps: tuple[str, ...]) -> ImageInfo:
+    return ImageInfo(
+        tag=tag, image_id=image.id, base=base_ref, base_id=base_id, built=built,
+        seconds=time.monotonic() - started, size_bytes=int(image.attrs.get("Size", 0)),
+        dependencies=deps,
+    )
+
+
+def _image_or_none(client: Any, ref: str) -> Any:
+    import docker.errors  # noqa: PLC0415
+
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+# ---------------------------------------------------------------- base
+
+
+def debootstrap_base_tag() -> str:
+    key = hashlib.sha256(
+        json.dumps([DEBIAN_SUITE, "minbase", DEBIAN_INCLUDE, TRIM_VERSION, platform.machine()]).encode()
+    ).hexdigest()[:12]
+    return f"{BASE_REPO}:{DEBIAN_SUITE}-{key}"
+
+
+def _resolve_base(client: Any, base: str, progress: Progress) -> tuple[str, str]:
+    """(reference, image id) of the base to build on."""
+    tried: list[str] = []
+    if base in ("auto", SLIM):
+        image = _image_or_none(client, SLIM)
+        if image is not None:
+            return SLIM, image.id
+        tried.append(f"{SLIM} is not present locally")
+    if base in ("auto", "debootstrap"):
+        image = _image_or_none(client, debootstrap_base_tag())
+        if image is not None:
+            return debootstrap_base_tag(), image.id
+    if base in ("auto", SLIM):
+        say(progress, f"pulling {SLIM} (timeout {PULL_TIMEOUT_S:.0f}s)")
+        ok, why = _pull_with_timeout(SLIM, PULL_TIMEOUT_S)
+        if ok:
+            return SLIM, client.images.get(SLIM).id
+        tried.append(f"docker pull {SLIM} failed: {why}")
+        if base == SLIM:
+            raise BackendUnavailable(
+                "cannot get the base image: " + "; ".join(tried)
+                + " (use --base debootstrap to bootstrap one from Debian's packages)"
+            )
+    try:
+        return debootstrap_base_tag(), _debootstrap_base(client, progress)
+    except TestbedError as exc:
+        tried.append(str(exc))
+        raise BackendUnavailable(
+            "cannot get a base image for the router image: " + "; ".join(tried)
+        ) from exc
+
+
+def _pull_with_timeout(ref: str, timeout: float) -> tuple[bool, str]:
+    """docker pull in a thread with a deadline: an unreachable registry must not
+    hang `testbed up`."""
+    box: dict[str, str] = {}
+
+    def pull() -> None:
+        try:
+            client = docker_client(timeout=int(timeout) + 5)
+            try:
+                repo, _, tag = ref.partition(":")
+                client.images.pull(repo, tag=tag or "latest")
+            finally:
+                client.close()
+            box["ok"] = ""
+        except Exception as exc:
+            text = str(getattr(exc, "explanation", None) or exc).strip()
+            box["error"] = text.splitlines()[-1][:300] if text else type(exc).__name__
+
+    thread = threading.Thread(target=pull, daemon=True, name="pull-base")
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return False, f"no answer within {timeout:.0f}s"
+    if "ok" in box:
+        return True, ""
+    return False, box.get("error", "unknown error")
+
+
+def _debootstrap_base(client: Any, progress: Progress) -> str:
+    tag = debootstrap_base_tag()
+    tarball = cache_dir() / "base" / f"{tag.split(':', 1)[1]}.tar"
+    if not tarball.exists():
+        _debootstrap_tarball(tarball, progress)
+    say(progress, f"importing {tarball.name} as {tag}")
+    repo, _, version = tag.partition(":")
+    try:
+        client.api.import_image(
+            src=str(tarball), repository=repo, tag=version,
+            changes=[f"LABEL {LABEL}=1", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+        )
+    except Exception as exc:
+        raise TestbedError(f"docker import of {tarball} failed: {exc}") from exc
+    image = _image_or_none(client, tag)
+    if image is None:
+        raise TestbedError(f"docker import of {tarball} did not produce {tag}")
+    return image.id
+
+
+def _debootstrap_tarball(tarball: Path, progress: Progress) -> None:
+    exe = shutil.which("debootstrap") or next(
+        (p for p in ("/usr/sbin/debootstrap", "/sbin/debootstrap") if Path(p).exists()), None
+    )
+    if exe is None:
+        raise TestbedError("debootstrap is not installed (apt-get install debootstrap)")
+    if os.geteuid() != 0:
+        raise TestbedError("debootstrap needs root to build the base image (run once as root)")
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="rootfs-", dir=tarball.parent) as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        cmd = [exe, "--variant=minbase", "--include=" + ",".join(DEBIAN_INCLUDE),
+               DEBIAN_SUITE, str(rootfs), DEBIAN_MIRROR]
+        say(progress, f"debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR} (about a minute)")
+        tail: list[str] = []
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip()
+            tail = (tail + [line])[-15:]
+            if line.startswith("I: ") and any(w in line for w in ("Retrieving", "Validating", "Installing", "Configuring", "Extracting", "Unpacking", "Base system")):
+                if "Retrieving" in line or "Validating" in line:
+                    continue  # hundreds of these
+                say(progress, "debootstrap: " + line[3:])
+        if proc.wait() != 0:
+            raise TestbedError(
+                f"debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR} failed (exit {proc.returncode}):\n"
+                + "\n".join(tail)
+            )
+        _trim_rootfs(rootfs)
+        say(progress, f"packing the rootfs into {tarball}")
+        partial = tarball.with_suffix(".tar.partial")
+        result = subprocess.run(
+            ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(partial), "."],
+            capture_output=True, text=True,
+        )
+        if result.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise TestbedError(f"tar of the rootfs failed: {result.stderr.strip()}")
+        partial.rename(tarball)
+
+
+def _trim_rootfs(rootfs: Path) -> None:
+    """Drop what a router never reads: apt lists and caches, docs, man pages,
+    locales, logs."""
+    for rel in ("var/lib/apt/lists", "var/cache/apt", "var/cache/debconf", "usr/share/doc",
+                "usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/lintian",
+                "usr/share/common-licenses", "var/log", "usr/share/bash-completion"):
+        path = rootfs / rel
+        if not path.is_dir():
+            continue
+        for child in path.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    child.unlink()
+    (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
+
+
+# ---------------------------------------------------------------- locking
+
+
+@contextlib.contextmanager
+def _lock(name: str) -> Iterator[None]:
+    """One build at a time per cache dir (two `testbed up` at once share it)."""
+    path = cache_dir() / f"{name}.lock"
+    with path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -1,0 +1,124 @@
+"""Shared by the Docker tests: skip with the reason when there is no daemon,
+build the router image once per session, hand out backends on unique testbed
+names and clean them up whatever happens.
+
+Import the fixtures into a test module with
+`from tests.docker_fixtures import *  # noqa: F403`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.docker_util import docker_available
+
+_OK, _WHY = docker_available()
+needs_docker = pytest.mark.skipif(not _OK, reason=f"no Docker daemon: {_WHY}")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="nsenter/tc in container namespaces needs root")
+
+# A stand-in router for plumbing tests: listens on the config's listen port,
+# reads each connection to EOF and answers with the byte count. argv: config, log.
+SINK = r"""
+import json, socket, sys, threading
+cfg = json.load(open(sys.argv[1]))
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("0.0.0.0", cfg["listen_port"])); srv.listen(64)
+def serve(conn):
+    n = 0
+    while True:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        n += len(chunk)
+    conn.sendall(str(n).encode()); conn.close()
+while True:
+    conn, _ = srv.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"""
+
+# Run inside a container with exec: send N bytes to ip:port, wait for the
+# answer, print "<bytes> <seconds>" (or "error <why>").
+SEND = r"""
+import socket, sys, time
+ip, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+try:
+    t = time.monotonic()
+    s = socket.create_connection((ip, port), timeout=float(sys.argv[4]) if len(sys.argv) > 4 else 20)
+    s.sendall(b"x" * n); s.shutdown(socket.SHUT_WR)
+    got = s.recv(64)
+    print(got.decode(), round(time.monotonic() - t, 3))
+except Exception as e:
+    print("error", type(e).__name__)
+"""
+
+SINK_ENTRYPOINT = ["python3", "-c", SINK]
+
+
+def unique_testbed(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def tcp_reachable(ip: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((ip, port), timeout=timeout) as sock:
+            sock.shutdown(socket.SHUT_WR)
+            return True
+    except OSError:
+        return False
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
+@pytest.fixture(scope="session")
+def node_image() -> str:
+    if not _OK:
+        pytest.skip(f"no Docker daemon: {_WHY}")
+    from orchestrator.image import ensure_image
+
+    return ensure_image()
+
+
+@pytest.fixture
+def docker_backends(node_image: str, tmp_path: Path) -> Iterator:
+    """make(nodes_or_None, **kw) -> DockerBackend; every testbed made is cleaned up."""
+    from orchestrator.docker_backend import DockerBackend
+
+    made: list[str] = []
+
+    def make(name: str | None = None, **kw):
+        name = name or unique_testbed()
+        made.append(name)
+        run_dir = tmp_path / f"{name}-{len(made)}"
+        run_dir.mkdir()
+        kw.setdefault("image", node_image)
+        return DockerBackend(name, run_dir, **kw)
+
+    yield make
+    for name in made:
+        DockerBackend.cleanup(name)
+
+
+def sink_config(backend, node: str, addresses, peers=()):
+    from node.config import NodeConfig, PeerAddress
+
+    addr = addresses[node]
+    return NodeConfig(
+        name=node, router="floodsub", seed=1, listen_host=addr.host, listen_port=addr.port,
+        control_host=addr.control_host, control_port=addr.control_port, token="tok",
+        trace_path=str(backend.run_dir / "traces" / f"{node}.pb"),
+        initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port) for p in peers),
+    )

@@ -1,0 +1,274 @@
+"""The Docker backend's plumbing with a stand-in router (a TCP sink): labels,
+addresses, churn verbs, partitions, kernel rate shaping, cleanup after a
+crash, two testbeds side by side. The real routers are in
+test_docker_routers.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from node.config import LinkShape
+from orchestrator.docker_util import LABEL_NODE, LABEL_RUN, LABEL_TESTBED
+from tests.docker_fixtures import (  # noqa: F401 - fixtures
+    SEND,
+    SINK_ENTRYPOINT,
+    docker_backends,
+    needs_docker,
+    needs_root,
+    node_image,
+    sink_config,
+    tcp_reachable,
+    unique_testbed,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.docker, needs_docker]
+
+
+def _docker_ls(kind: str, testbed: str) -> list[str]:
+    cmd = ["docker", kind, "ls", "-q", "--filter", f"label={LABEL_TESTBED}={testbed}"]
+    if kind == "container":
+        cmd.insert(3, "-a")
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
+
+
+def _send(backend, src: str, dst: str, nbytes: int, timeout: float = 20) -> tuple[int, float] | None:
+    container = backend._container(src)
+    res = container.exec_run(
+        ["python3", "-c", SEND, backend.ips[dst], "4001", str(nbytes), str(timeout)])
+    words = res.output.decode().split()
+    if not words or words[0] == "error":
+        return None
+    return int(words[0]), float(words[1])
+
+
+def _up(backend, nodes, peers=None):
+    addresses = backend.prepare(nodes)
+    for node in nodes:
+        backend.start(sink_config(backend, node, addresses))
+    for node in nodes:
+        assert wait_for(lambda n=node: tcp_reachable(backend.ips[n], 4001)), f"{node} never listened"
+    return addresses
+
+
+def test_docker_available_answers():
+    from orchestrator.docker_backend import docker_available
+
+    ok, why = docker_available()
+    assert ok and why.startswith("Docker ")
+
+
+def test_lifecycle_labels_addresses_and_churn(docker_backends):
+    backend = docker_backends(entrypoint=SINK_ENTRYPOINT)
+    nodes = ["n0", "n1", "n2"]
+    addresses = _up(backend, nodes)
+
+    # Static, distinct addresses on the testbed's subnet, known before start.
+    ips = [addresses[n].host for n in nodes]
+    assert len(set(ips)) == 3 and all(a.port == 4001 and a.control_port == 4002 for a in addresses.values())
+    import ipaddress
+
+    assert all(ipaddress.ip_address(ip) in ipaddress.ip_network(backend.subnet) for ip in ips)
+
+    # Labels on every container and the network; configs under run_dir with container paths.
+    client = backend._client
+    for node in nodes:
+        c = backend._container(node)
+        assert c.labels[LABEL_TESTBED] == backend.testbed
+        assert c.labels[LABEL_RUN] == backend.run_id
+        assert c.labels[LABEL_NODE] == node
+        hc = c.attrs["HostConfig"]
+        assert not hc["Privileged"] and hc["CapDrop"] == ["ALL"] and not hc.get("CapAdd")
+        assert hc["Memory"] == 256 * 1024 * 1024
+        assert c.attrs["NetworkSettings"]["Networks"][backend.network_name]["IPAddress"] == addresses[node].host
+        cfg = json.loads((backend.run_dir / "configs" / f"{node}.json").read_text())
+        assert cfg["trace_path"] == f"/run-dir/traces/{node}.pb"
+    assert client.networks.get(backend.network_name).attrs["Labels"][LABEL_TESTBED] == backend.testbed
+
+    # kill -> start
+    backend.kill("n0")
+    assert not backend.is_running("n0") and not tcp_reachable(ips[0], 4001)
+    backend.start(sink_config(backend, "n0", addresses))
+    assert wait_for(lambda: tcp_reachable(ips[0], 4001))
+
+    # stop -> start (graceful)
+    backend.stop("n1")
+    assert backend.status("n1") == "exited"
+    backend.start(sink_config(backend, "n1", addresses))
+    assert wait_for(lambda: tcp_reachable(ips[1], 4001))
+    assert backend._container("n1").attrs["NetworkSettings"]["Networks"][backend.network_name]["IPAddress"] == ips[1]
+
+    # pause: still "running" for the backend, but frozen
+    backend.pause("n2")
+    assert backend.is_running("n2") and backend.status("n2") == "paused"
+    assert _send(backend, "n0", "n2", 10, timeout=1.5) is None
+    backend.resume("n2")
+    assert wait_for(lambda: _send(backend, "n0", "n2", 10) is not None)
+
+    # full partition: network disconnect, reconnect with the same IP
+    backend.disconnect("n2")
+    assert not tcp_reachable(ips[2], 4001, timeout=0.5)
+    assert backend.is_running("n2")
+    backend.reconnect("n2")
+    assert wait_for(lambda: tcp_reachable(ips[2], 4001))
+
+    backend.destroy()
+    assert _docker_ls("container", backend.testbed) == []
+    assert _docker_ls("network", backend.testbed) == []
+    # destroy keeps the run directory
+    assert (backend.run_dir / "configs" / "n0.json").exists()
+
+
+@needs_root
+def test_partial_partition_with_iptables(docker_backends):
+    backend = docker_backends(entrypoint=SINK_ENTRYPOINT)
+    _up(backend, ["a", "b", "c"])
+    assert _send(backend, "a", "b", 100)[0] == 100
+    backend.disconnect("a", ["b"])
+    assert _send(backend, "a", "b", 100, timeout=1) is None  # a -> b cut
+    assert _send(backend, "b", "a", 100, timeout=1) is None  # and b -> a
+    assert _send(backend, "a", "c", 100)[0] == 100  # a -> c fine
+    # healed from another process (a later CLI call): stateless
+    fresh = type(backend)(backend.testbed, backend.run_dir, image=backend.image)
+    fresh.reconnect("a", ["b"])
+    assert _send(backend, "a", "b", 100)[0] == 100
+    # a restarted node comes back un-partitioned (the controller's model)
+    backend.disconnect("a", ["c"])
+    assert _send(backend, "a", "c", 100, timeout=1) is None
+    backend.stop("a")
+    backend.start(sink_config(backend, "a", {n: backend.address(n) for n in "abc"}))
+    assert wait_for(lambda: tcp_reachable(backend.ips["a"], 4001))
+    assert _send(backend, "a", "c", 100)[0] == 100
+
+
+def test_fresh_process_churn_and_restart_while_disconnected(docker_backends):
+    backend = docker_backends(entrypoint=SINK_ENTRYPOINT)
+    _up(backend, ["a", "b"])
+    ip = backend.ips["a"]
+    fresh = type(backend)(backend.testbed, backend.run_dir)  # knows nothing
+    fresh.disconnect("a")
+    assert not tcp_reachable(ip, 4001, timeout=0.5)
+    fresh.kill("a")
+    # started again while disconnected: it comes back on the network, same IP
+    again = type(backend)(backend.testbed, backend.run_dir)
+    again.start(sink_config(backend, "a", {n: backend.address(n) for n in "ab"}))
+    assert again.ips["a"] == ip
+    assert wait_for(lambda: tcp_reachable(ip, 4001))
+
+
+@needs_root
+def test_kernel_rate_limit_slows_a_transfer(docker_backends):
+    backend = docker_backends(entrypoint=SINK_ENTRYPOINT)
+    _up(backend, ["a", "b", "c"])
+    nbytes = 250_000  # 2 s at 1 mbit/s
+    fast = _send(backend, "a", "b", nbytes)
+    assert fast is not None and fast[1] < 0.5
+
+    caps = backend.shaping_capabilities()
+    assert caps.kernel_rate
+    cmds = backend.apply_kernel_shaping("a", {"b": LinkShape(delay_ms=20, rate_bps=1_000_000)}, None)
+    assert any("htb" in c for c in cmds)
+    shown = backend.qdisc_show("a")
+    assert "qdisc htb 1: root" in shown and "class htb 1:10" in shown and "rate 1Mbit" in shown
+
+    slow = _send(backend, "a", "b", nbytes, timeout=30)
+    assert slow is not None and slow[0] == nbytes
+    assert 1.4 < slow[1] < 5.0, slow
+    other = _send(backend, "a", "c", nbytes)  # c is not limited
+    assert other is not None and other[1] < 0.5
+
+    # An uplink limit alone is a tbf at the root; it survives a restart.
+    backend.apply_kernel_shaping("a", {}, 2_000_000)
+    backend.kill("a")
+    backend.start(sink_config(backend, "a", {n: backend.address(n) for n in "abc"}))
+    assert wait_for(lambda: tcp_reachable(backend.ips["a"], 4001))
+    assert "tbf" in backend.qdisc_show("a")
+    limited = _send(backend, "a", "c", nbytes, timeout=30)
+    assert limited is not None and 0.7 < limited[1] < 3.0, limited
+
+
+def test_cleanup_after_a_crash_from_a_fresh_process(docker_backends):
+    backend = docker_backends(entrypoint=SINK_ENTRYPOINT)
+    _up(backend, ["x", "y"])
+    name = backend.testbed
+    del backend  # the Python objects are gone, as if the CLI was killed
+    assert len(_docker_ls("container", name)) == 2
+    code = (
+        "import json,sys; from orchestrator.docker_backend import DockerBackend; "
+        f"print(json.dumps(DockerBackend.cleanup({name!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = json.loads(out.stdout)
+    assert sum("container" in line for line in lines) == 2 and any("network" in line for line in lines)
+    assert _docker_ls("container", name) == [] and _docker_ls("network", name) == []
+    # idempotent
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+def test_two_testbeds_side_by_side(docker_backends):
+    first = docker_backends(unique_testbed("left"), entrypoint=SINK_ENTRYPOINT)
+    second = docker_backends(unique_testbed("right"), entrypoint=SINK_ENTRYPOINT)
+    _up(first, ["n0", "n1"])
+    _up(second, ["n0", "n1"])  # same node names, other testbed
+    assert first.subnet != second.subnet
+    import ipaddress
+
+    assert not ipaddress.ip_network(first.subnet).overlaps(ipaddress.ip_network(second.subnet))
+    type(first).cleanup(first.testbed)
+    assert _docker_ls("container", first.testbed) == []
+    assert len(_docker_ls("container", second.testbed)) == 2
+    assert all(wait_for(lambda ip=ip: tcp_reachable(ip, 4001)) for ip in second.ips.values())
+
+
+def test_prepare_refuses_a_live_testbed_of_the_same_name(docker_backends):
+    from orchestrator.errors import TestbedError
+
+    name = unique_testbed()
+    first = docker_backends(name, entrypoint=SINK_ENTRYPOINT)
+    first.prepare(["n0"])
+    with pytest.raises(TestbedError, match="already exists"):
+        docker_backends(name, entrypoint=SINK_ENTRYPOINT).prepare(["n0"])
+
+
+def test_unreachable_daemon_is_one_clear_error(monkeypatch):
+    from orchestrator.docker_backend import DockerBackend
+    from orchestrator.docker_util import docker_available
+    from orchestrator.errors import BackendUnavailable
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    ok, why = docker_available()
+    assert not ok and "/nonexistent/docker.sock" in why
+    with pytest.raises(BackendUnavailable, match="no Docker daemon"):
+        DockerBackend("x", __import__("pathlib").Path("/tmp/x"))
+
+
+def test_capabilities_shape():
+    from orchestrator.docker_backend import _capabilities
+
+    caps = _capabilities()
+    assert caps.path in ("netem", "userspace+htb", "userspace")
+    assert caps.kernel_delay == (caps.path == "netem")
+    assert caps.detail
+
+
+def test_cleanup_all_is_scoped_to_the_state_dir(docker_backends, tmp_path, monkeypatch):
+    from orchestrator.docker_backend import DockerBackend
+
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state-a"))
+    mine = docker_backends(unique_testbed("mine"), entrypoint=SINK_ENTRYPOINT)
+    mine.prepare(["n0"])
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state-b"))
+    other = docker_backends(unique_testbed("other"), entrypoint=SINK_ENTRYPOINT)
+    other.prepare(["n0"])
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state-a"))
+    lines = DockerBackend.cleanup(None)  # `testbed down --all` under state-a
+    assert any(mine.network_name in line for line in lines)
+    assert not any(other.network_name in line for line in lines)
+    assert _docker_ls("network", other.testbed) != []
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state-b"))
+    assert any(other.network_name in line for line in DockerBackend.cleanup(None))
