@@ -18,18 +18,20 @@ class FrameError(ValueError):
     """A frame that is truncated, oversized or whose length prefix is malformed."""
 
 
+_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
+
+
 def encode_uvarint(n: int) -> bytes:
-    if n < 0:
-        raise ValueError("uvarint cannot encode a negative number")
+    if n < 0x80:
+        if n < 0:
+            raise ValueError("uvarint cannot encode a negative number")
+        return _ONE_BYTE[n]
     out = bytearray()
-    while True:
-        byte = n & 0x7F
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
         n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    out.append(n)
+    return bytes(out)
 
 
 def encode_frame(payload: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
