@@ -1,0 +1,770 @@
+"""The Spark job: from the ingested trace table and the run directory's own
+files to the metrics tables (RUN_DIR/metrics/*.parquet) and summary.json.
+
+Every definition lives in docs/metrics.md; the names here follow it. In short:
+a message's expected recipients are the nodes subscribed to its topic at its
+publish time (JOIN/LEAVE in the traces) that were up then (node_down/node_up
+in events.jsonl) and did not publish it; a delivery is a node's first
+DELIVER_MESSAGE of it; latency is first delivery minus first publish.
+
+Small inputs (subscription and up/down intervals, shortest-path distances)
+are computed on the driver and broadcast; everything that grows with the
+number of events or messages stays in Spark.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from analysis.rundir import RunDir
+
+NS = 1_000_000_000
+INF = 1 << 62  # "never" on the run's nanosecond clock
+NEG_INF = -(1 << 62)
+
+# TraceEvent types (go-libp2p-pubsub numbers)
+PUBLISH, REJECT, DUPLICATE, DELIVER = 0, 1, 2, 3
+ADD_PEER, REMOVE_PEER, RECV_RPC, SEND_RPC, DROP_RPC = 4, 5, 6, 7, 8
+JOIN, LEAVE, GRAFT, PRUNE = 9, 10, 11, 12
+
+CDF_POINTS = [i / 100 for i in range(101)]
+PRE_EVENT_WINDOW_NS = 10 * NS  # the pre-event delivery level is taken over this window
+RECOVERY_FRACTION = 0.99
+CODEGEN_MIN_EVENTS = 1_000_000  # recovered: back to >= 99% of the pre-event level
+
+
+@dataclass
+class Context:
+    """Facts from the run directory the Spark job needs, small enough for the driver."""
+
+    t0: int
+    t_end: int
+    nodes: list[str]
+    subscriptions: list[tuple[str, str, int, int]]  # node, topic, start, end
+    down: list[tuple[str, int, int]]  # node, start, end (node unreachable)
+    resets: list[tuple[str, int]]  # node, ts: the node's router state was lost (down)
+    churn: list[dict[str, Any]]
+    publishes: list[dict[str, Any]]  # events.jsonl publish entries
+
+
+# --------------------------------------------------------------------- driver-side facts
+
+
+def subscription_intervals(
+    join_leave: list[tuple[str, int, int, str]], topo_topics: dict[str, list[str]]
+) -> list[tuple[str, str, int, int]]:
+    """(node, topic, start, end) from JOIN/LEAVE rows (node, type, ts, topic),
+    in trace order. A node with no JOIN/LEAVE at all is taken as subscribed for
+    the whole run to the topics topology.json lists for it."""
+    by_key: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+    seen_nodes = set()
+    for node, typ, ts, topic in join_leave:
+        by_key[(node, topic)].append((ts, typ))
+        seen_nodes.add(node)
+    out = []
+    for (node, topic), evs in by_key.items():
+        evs.sort(key=lambda e: e[0])
+        start: int | None = None
+        first = True
+        for ts, typ in evs:
+            if typ == JOIN:
+                if start is None:
+                    start = ts
+            elif typ == LEAVE:
+                if start is None and first:
+                    start = NEG_INF  # left a topic it was in before its trace began
+                if start is not None:
+                    out.append((node, topic, start, ts))
+                    start = None
+            first = False
+        if start is not None:
+            out.append((node, topic, start, INF))
+    for node, topics in topo_topics.items():
+        if node not in seen_nodes:
+            out.extend((node, topic, NEG_INF, INF) for topic in topics)
+    return sorted(out)
+
+
+def down_intervals(
+    events: list[dict[str, Any]], has_events: bool, alive: dict[str, tuple[int, int]]
+) -> tuple[list[tuple[str, int, int]], list[tuple[str, int]]]:
+    """(node, start, end) while a node was unreachable, and the times its
+    router state was lost. From events.jsonl node_down/node_up; without
+    events.jsonl (go traces) a node counts as up between its first and last
+    trace event ("seen alive")."""
+    down: list[tuple[str, int, int]] = []
+    resets: list[tuple[str, int]] = []
+    if has_events:
+        open_since: dict[str, int] = {}
+        for ev in events:
+            kind, node = ev.get("kind"), ev.get("node")
+            if not node:
+                continue
+            if kind == "node_down":
+                open_since.setdefault(node, int(ev["t_ns"]))
+                resets.append((node, int(ev["t_ns"])))
+            elif kind == "node_up" and node in open_since:
+                down.append((node, open_since.pop(node), int(ev["t_ns"])))
+        down.extend((node, start, INF) for node, start in open_since.items())
+    else:
+        for node, (first, last) in alive.items():
+            down.append((node, NEG_INF, first))
+            down.append((node, last + 1, INF))
+    return sorted(down), sorted(resets)
+
+
+def shortest_paths(edges: list[dict[str, Any]], sources: list[str]) -> dict[str, dict[str, float]]:
+    """Dijkstra over the overlay's one-way link latencies (ms), from each source."""
+    adj: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for e in edges:
+        a, b, w = str(e["a"]), str(e["b"]), float(e.get("latency_ms") or 0.0)
+        adj[a].append((b, w))
+        adj[b].append((a, w))
+    out = {}
+    for src in sources:
+        dist = {src: 0.0}
+        heap = [(0.0, src)]
+        while heap:
+            d, u = heapq.heappop(heap)
+            if d > dist.get(u, math.inf):
+                continue
+            for v, w in adj.get(u, ()):
+                nd = d + w
+                if nd < dist.get(v, math.inf):
+                    dist[v] = nd
+                    heapq.heappush(heap, (nd, v))
+        out[src] = dist
+    return out
+
+
+def gini(values: list[float]) -> float | None:
+    """Gini coefficient of non-negative values: 0 even, ->1 concentrated."""
+    xs = sorted(float(v) for v in values)
+    n, total = len(xs), sum(xs)
+    if n == 0 or total <= 0:
+        return None if n == 0 else 0.0
+    weighted = sum((i + 1) * x for i, x in enumerate(xs))
+    return 2 * weighted / (n * total) - (n + 1) / n
+
+
+def recovery_after_churn(
+    msgs: pd.DataFrame, churn: list[dict[str, Any]], t0: int, t_end: int
+) -> list[dict[str, Any]]:
+    """Per churn event, how long until delivery recovered (docs/metrics.md):
+    pre-event level L = pooled delivery ratio of messages published in the 10 s
+    before it; the messages published from the event until the next (strictly
+    later) churn event or the end of the run are grouped in 1-second buckets
+    by publish time relative to the event; recovery_s is the start of the
+    first bucket from which every non-empty bucket has ratio >= 0.99 L."""
+    out = []
+    if msgs.empty:
+        pub = expd = dlv = None
+    else:
+        m = msgs[msgs["expected"] > 0].sort_values("publish_ts")
+        pub = m["publish_ts"].to_numpy()
+        expd = m["expected"].to_numpy()
+        dlv = m["delivered"].to_numpy()
+    times = sorted({int(c["t_ns"]) for c in churn})
+    for c in churn:
+        tc = int(c["t_ns"])
+        later = [t for t in times if t > tc]
+        end = later[0] if later else max(t_end, tc)
+        rec: dict[str, Any] = {
+            "t_s": (tc - t0) / NS,
+            "action": c.get("action"),
+            "nodes": list(c.get("nodes") or []),
+            "window_s": (end - tc) / NS,
+            "pre_ratio": None,
+            "min_ratio": None,
+            "recovered": None,
+            "recovery_s": None,
+        }
+        if pub is not None:
+            pre = (pub >= tc - PRE_EVENT_WINDOW_NS) & (pub < tc)
+            if not pre.any():
+                pre = pub < tc
+            level = float(dlv[pre].sum() / expd[pre].sum()) if pre.any() else 1.0
+            rec["pre_ratio"] = level
+            post = (pub >= tc) & ((pub < end) | (not later and pub == end))
+            if post.any():
+                buckets: dict[int, list[int]] = {}
+                for p, e, d in zip(pub[post], expd[post], dlv[post]):
+                    b = buckets.setdefault(int((p - tc) // NS), [0, 0])
+                    b[0] += int(e)
+                    b[1] += int(d)
+                ratios = sorted((k, d / e) for k, (e, d) in buckets.items())
+                rec["min_ratio"] = min(r for _, r in ratios)
+                target = RECOVERY_FRACTION * level
+                recovery = None
+                for k, r in reversed(ratios):
+                    if r + 1e-12 < target:
+                        break
+                    recovery = k
+                rec["recovered"] = recovery is not None
+                rec["recovery_s"] = float(recovery) if recovery is not None else None
+        out.append(rec)
+    return out
+
+
+# --------------------------------------------------------------------- the job
+
+
+def _pct(values: list | None, i: int) -> float | None:
+    if values is None:
+        return None
+    v = values[i]
+    return None if v is None else float(v)
+
+
+def _write_pandas(df: pd.DataFrame, path: Path) -> None:
+    if path.is_dir():
+        import shutil
+
+        shutil.rmtree(path)
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
+
+
+def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
+    """Driver-side facts, and the per-node trace aggregates (one Spark pass)."""
+    from pyspark.sql import functions as F
+
+    def cnt(t):
+        return F.sum(F.when(F.col("type") == t, 1).otherwise(0))
+
+    def s(t, col):
+        return F.sum(F.when(F.col("type") == t, F.col(col)).otherwise(0))
+
+    per_node = (
+        E.groupBy("node")
+        .agg(
+            F.count(F.lit(1)).alias("events"),
+            F.min("ts").alias("first_ts"),
+            F.max("ts").alias("last_ts"),
+            cnt(PUBLISH).alias("published"),
+            cnt(DELIVER).alias("delivered"),
+            cnt(DUPLICATE).alias("duplicated"),
+            cnt(REJECT).alias("rejected"),
+            s(RECV_RPC, "n_msgs").alias("msgs_received"),
+            s(SEND_RPC, "n_msgs").alias("msgs_sent"),
+            cnt(SEND_RPC).alias("rpcs_sent"),
+            cnt(RECV_RPC).alias("rpcs_received"),
+            cnt(DROP_RPC).alias("rpcs_dropped"),
+            F.sum(F.when(F.col("type") == SEND_RPC, F.col("size"))).alias("bytes_sent"),
+            F.sum(F.when(F.col("type") == RECV_RPC, F.col("size"))).alias("bytes_received"),
+            F.sum(F.when(F.col("type") == DROP_RPC, F.col("size"))).alias("bytes_dropped"),
+            *[
+                s(t, f"n_{c}").alias(f"{c}_{d}")
+                for c in ("graft", "prune", "ihave", "iwant", "ihave_ids", "iwant_ids")
+                for t, d in ((SEND_RPC, "sent"), (RECV_RPC, "received"))
+            ],
+            s(DROP_RPC, "n_msgs").alias("msgs_dropped"),
+            cnt(GRAFT).alias("mesh_grafts"),
+            cnt(PRUNE).alias("mesh_prunes"),
+            cnt(ADD_PEER).alias("peers_added"),
+            cnt(REMOVE_PEER).alias("peers_removed"),
+        )
+        .toPandas()
+    )
+    join_leave = [
+        (r.node, int(r.type), int(r.ts), r.topic)
+        for r in E.where(F.col("type").isin(JOIN, LEAVE))
+        .select("node", "type", "ts", "seq", "topic")
+        .orderBy("node", "ts", "seq")
+        .collect()
+    ]
+    topo_nodes = run.topology_nodes()
+    topo_topics = {str(n["name"]): list(n.get("topics") or []) for n in topo_nodes if "name" in n}
+    nodes = sorted(set(topo_topics) | set(per_node["node"].dropna()))
+    alive = {
+        r.node: (int(r.first_ts), int(r.last_ts)) for r in per_node.itertuples() if r.node is not None
+    }
+    subs = subscription_intervals(join_leave, topo_topics)
+    down, resets = down_intervals(run.events, run.has_events, alive)
+
+    trace_t0 = int(per_node["first_ts"].min()) if len(per_node) else 0
+    trace_end = int(per_node["last_ts"].max()) if len(per_node) else 0
+    t0 = run.manifest.get("t0_ns")
+    if t0 is None:
+        starts = [e["t_ns"] for e in run.events if e.get("kind") == "run_start"]
+        t0 = starts[0] if starts else trace_t0
+    ends = [e["t_ns"] for e in run.events if e.get("kind") == "run_end"]
+    t_end = max([trace_end, *ends])
+    ctx = Context(
+        t0=int(t0),
+        t_end=int(t_end),
+        nodes=nodes,
+        subscriptions=subs,
+        down=down,
+        resets=resets,
+        churn=[e for e in run.events if e.get("kind") == "churn"],
+        publishes=[e for e in run.events if e.get("kind") == "publish" and e.get("message_id")],
+    )
+    return ctx, per_node
+
+
+def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    def step(name: str) -> None:
+        if progress:
+            progress(name)
+
+    out_dir = run.metrics_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    E = spark.read.parquet(str(events_dir))
+
+    step("per-node counts")
+    ctx, per_node = build_context(spark, run, E)
+    t0 = ctx.t0
+    n_events = int(per_node["events"].sum()) if len(per_node) else 0
+    # whole-stage code generation pays off on big inputs; on small ones compiling
+    # the generated code costs more than it saves
+    # (and so does adaptive execution's re-planning at every stage boundary)
+    big = n_events >= CODEGEN_MIN_EVENTS
+    cores = spark.sparkContext.defaultParallelism or 2
+    spark.conf.set("spark.sql.codegen.wholeStage", "true" if big else "false")
+    spark.conf.set("spark.sql.adaptive.enabled", "true" if big else "false")
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(1, min(2 * cores, n_events // 250_000))))
+
+    sub_schema = T.StructType(
+        [
+            T.StructField("s_node", T.StringType()),
+            T.StructField("s_topic", T.StringType()),
+            T.StructField("s_start", T.LongType()),
+            T.StructField("s_end", T.LongType()),
+        ]
+    )
+    down_schema = T.StructType(
+        [
+            T.StructField("d_node", T.StringType()),
+            T.StructField("d_start", T.LongType()),
+            T.StructField("d_end", T.LongType()),
+        ]
+    )
+    S = F.broadcast(spark.createDataFrame(ctx.subscriptions, sub_schema))
+    Dn = F.broadcast(spark.createDataFrame(ctx.down, down_schema))
+
+    # ---- messages: first publish, publishers, topic
+    step("messages and expected recipients")
+    M_trace = (
+        E.where(F.col("type") == PUBLISH)
+        .groupBy("msg")
+        .agg(
+            F.min("ts").alias("publish_ts"),
+            F.min("topic").alias("topic"),
+            F.array_sort(F.collect_set("node")).alias("publishers"),
+        )
+    )
+    if ctx.publishes:
+        rows = []
+        for p in ctx.publishes:
+            pubs = [p["node"]] if p.get("node") else list(p.get("via") or [])
+            rows.append((str(p["message_id"]).lower(), int(p["t_ns"]), p.get("topic"), sorted(pubs)))
+        M_log = spark.createDataFrame(
+            rows, "msg string, publish_ts long, topic string, publishers array<string>"
+        ).groupBy("msg").agg(
+            F.min("publish_ts").alias("publish_ts"),
+            F.min("topic").alias("topic"),
+            F.array_sort(F.array_distinct(F.flatten(F.collect_list("publishers")))).alias("publishers"),
+        )
+        M = M_trace.unionByName(M_log.join(M_trace.select("msg"), "msg", "left_anti"))
+    else:
+        M = M_trace
+    M = M.cache()
+
+    # ---- expected recipients: subscribed at publish time, up, not a publisher
+    X = (
+        M.join(
+            S,
+            (S.s_topic == M.topic) & (S.s_start <= M.publish_ts) & (M.publish_ts < S.s_end),
+        )
+        .where(~F.array_contains("publishers", F.col("s_node")))
+        .select("msg", "topic", "publish_ts", "publishers", F.col("s_node").alias("node"))
+        .dropDuplicates(["msg", "node"])
+    )
+    X = X.join(
+        Dn, (Dn.d_node == X.node) & (Dn.d_start <= X.publish_ts) & (X.publish_ts < Dn.d_end), "left_anti"
+    )
+
+    # ---- deliveries: first DELIVER per (message, node)
+    Dl = E.where(F.col("type") == DELIVER).groupBy("msg", "node").agg(F.min("ts").alias("deliver_ts"))
+    dups = E.where(F.col("type") == DUPLICATE).groupBy("msg").agg(F.count(F.lit(1)).alias("duplicates"))
+
+    XD = (
+        X.join(Dl, ["msg", "node"], "left")
+        .withColumn("delivered", F.col("deliver_ts").isNotNull())
+        .withColumn("latency_ms", (F.col("deliver_ts") - F.col("publish_ts")) / 1e6)
+    )
+
+    # ---- lower bound over the overlay: Dijkstra per publisher on the driver
+    step("lower bound (shortest paths)")
+    edges = run.topology_edges()
+    has_lb = bool(edges)
+    if has_lb:
+        sources = sorted(
+            set(per_node.loc[per_node["published"] > 0, "node"].dropna())
+            | {p for e in ctx.publishes for p in ([e["node"]] if e.get("node") else e.get("via") or [])}
+        )
+        dist = shortest_paths(edges, sources)
+        lb_rows = [(s, n, float(d)) for s, ds in dist.items() for n, d in ds.items()]
+        LB = spark.createDataFrame(
+            lb_rows or [("", "", 0.0)], "lb_publisher string, lb_node string, lb_ms double"
+        )
+        lb = (
+            XD.select("msg", "node", F.explode("publishers").alias("lb_publisher"))
+            .join(F.broadcast(LB), ["lb_publisher"])
+            .where(F.col("lb_node") == F.col("node"))
+            .groupBy("msg", "node")
+            .agg(F.min("lb_ms").alias("lower_bound_ms"))
+        )
+        XD = XD.join(lb, ["msg", "node"], "left")
+    else:
+        XD = XD.withColumn("lower_bound_ms", F.lit(None).cast("double"))
+    XD = XD.withColumn(
+        "stretch",
+        F.when(
+            F.col("delivered") & (F.col("lower_bound_ms") > 0),
+            F.col("latency_ms") / F.col("lower_bound_ms"),
+        ),
+    )
+    step("deliveries table")
+    deliveries_path = out_dir / "deliveries.parquet"
+    XD.select(
+        "msg", "topic", "node", "publish_ts", "deliver_ts", "delivered", "latency_ms", "lower_bound_ms", "stretch"
+    ).write.mode("overwrite").parquet(str(deliveries_path))
+    XD = spark.read.parquet(str(deliveries_path))
+
+    # ---- per message
+    step("per-message metrics")
+    per_msg = (
+        XD.groupBy("msg")
+        .agg(
+            F.count(F.lit(1)).alias("expected"),
+            F.sum(F.col("delivered").cast("int")).alias("delivered"),
+            F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
+            F.max("latency_ms").alias("latency_max_ms"),
+        )
+    )
+    msgs = (
+        M.join(per_msg, "msg", "left")
+        .join(dups, "msg", "left")
+        .fillna(0, ["expected", "delivered", "duplicates"])
+        .withColumn(
+            "delivery_ratio",
+            F.when(F.col("expected") > 0, F.col("delivered") / F.col("expected")),
+        )
+        .withColumn("publish_t_s", (F.col("publish_ts") - F.lit(t0)) / 1e9)
+    )
+    messages_path = out_dir / "messages.parquet"
+    msgs.write.mode("overwrite").parquet(str(messages_path))
+    msgs = spark.read.parquet(str(messages_path))
+
+    unexpected = Dl.join(XD.select("msg", "node"), ["msg", "node"], "left_anti").count()
+
+    # ---- overall latency, CDF and stretch
+    step("latency distribution")
+    pts = ", ".join(str(p) for p in CDF_POINTS)
+    lat = (
+        XD.where("delivered")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.expr(f"percentile(latency_ms, array({pts}))").alias("q"),
+            F.max("latency_ms").alias("max"),
+            F.avg("latency_ms").alias("mean"),
+            F.expr("percentile(stretch, array(0.5, 0.9, 0.99))").alias("stretch_q"),
+            F.count("stretch").alias("stretch_n"),
+        )
+        .collect()[0]
+    )
+    qs = lat.q if lat.n else None
+    cdf = pd.DataFrame(
+        {"quantile": CDF_POINTS, "latency_ms": [float(v) for v in qs] if qs else [math.nan] * len(CDF_POINTS)}
+    )
+    _write_pandas(cdf if qs else cdf.iloc[0:0], out_dir / "latency_cdf.parquet")
+
+    # the per-message table is one row per message: reduce it on the driver
+    msg_pd = msgs.select("publish_ts", "expected", "delivered", "duplicates", "delivery_ratio").toPandas()
+    with_exp = msg_pd[msg_pd["expected"] > 0]
+    dup_hist = (
+        msg_pd.groupby("duplicates").size().reset_index(name="messages").sort_values("duplicates")
+        if len(msg_pd)
+        else pd.DataFrame({"duplicates": pd.Series([], dtype="int64"), "messages": pd.Series([], dtype="int64")})
+    )
+    _write_pandas(dup_hist, out_dir / "duplicates_hist.parquet")
+
+    # ---- time series (per second from t0)
+    step("time series")
+    sec = F.floor((F.col("publish_ts") - F.lit(t0)) / NS).cast("long")
+    ts_msgs = (
+        XD.withColumn("t_s", sec)
+        .groupBy("t_s")
+        .agg(
+            F.countDistinct("msg").alias("messages"),
+            F.count(F.lit(1)).alias("expected"),
+            F.sum(F.col("delivered").cast("int")).alias("delivered"),
+            F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
+            F.expr("percentile(latency_ms, 0.99)").alias("latency_p99_ms"),
+        )
+        .withColumn("delivery_ratio", F.col("delivered") / F.col("expected"))
+        .orderBy("t_s")
+        .toPandas()
+    )
+    _write_pandas(ts_msgs, out_dir / "timeseries_delivery.parquet")
+    esec = F.floor((F.col("ts") - F.lit(t0)) / NS).cast("long")
+    send = F.col("type") == SEND_RPC
+    ts_ctl = (
+        E.where(F.col("type").isin(SEND_RPC, DELIVER, DUPLICATE, DROP_RPC))
+        .withColumn("t_s", esec)
+        .groupBy("t_s")
+        .agg(
+            F.sum(F.when(send, F.col("n_msgs")).otherwise(0)).alias("publish"),
+            F.sum(F.when(F.col("type") == DELIVER, 1).otherwise(0)).alias("deliver"),
+            F.sum(F.when(F.col("type") == DUPLICATE, 1).otherwise(0)).alias("duplicate"),
+            F.sum(F.when(send, F.col("n_graft")).otherwise(0)).alias("graft"),
+            F.sum(F.when(send, F.col("n_prune")).otherwise(0)).alias("prune"),
+            F.sum(F.when(send, F.col("n_ihave")).otherwise(0)).alias("ihave"),
+            F.sum(F.when(send, F.col("n_iwant")).otherwise(0)).alias("iwant"),
+            F.sum(F.when(send, 1).otherwise(0)).alias("rpcs"),
+            F.sum(F.when(send, F.col("size")).otherwise(0)).alias("bytes"),
+            F.sum(F.when(F.col("type") == DROP_RPC, 1).otherwise(0)).alias("dropped"),
+        )
+        .orderBy("t_s")
+        .toPandas()
+    )
+    _write_pandas(ts_ctl, out_dir / "timeseries_control.parquet")
+
+    # ---- mesh degree over time
+    step("mesh degree")
+    mesh_samples, mesh_hist = _mesh_degree(spark, E, ctx, S, Dn)
+    _write_pandas(mesh_samples, out_dir / "mesh_degree.parquet")
+    _write_pandas(mesh_hist, out_dir / "mesh_degree_hist.parquet")
+
+    # ---- per node
+    step("per-node load")
+    per_node_x = (
+        XD.groupBy("node")
+        .agg(
+            F.count(F.lit(1)).alias("expected"),
+            F.sum(F.col("delivered").cast("int")).alias("delivered_expected"),
+            F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
+        )
+        .toPandas()
+    )
+    nodes_df = pd.DataFrame({"node": ctx.nodes})
+    nodes_df = nodes_df.merge(per_node[per_node["node"].notna()], on="node", how="left").merge(
+        per_node_x, on="node", how="left"
+    )
+    count_cols = [c for c in nodes_df.columns if c not in ("node", "first_ts", "last_ts", "latency_p50_ms")]
+    nodes_df[count_cols] = nodes_df[count_cols].fillna(0).astype("int64")
+    nodes_df["delivery_ratio"] = nodes_df["delivered_expected"] / nodes_df["expected"].where(
+        nodes_df["expected"] > 0
+    )
+    has_sizes = bool(per_node["bytes_sent"].notna().any()) if len(per_node) else False
+    _write_pandas(nodes_df, out_dir / "nodes.parquet")
+
+    load_basis = "bytes_sent" if has_sizes else "rpcs_sent"
+    load = nodes_df[load_basis].astype(float).tolist()
+    mean_load = sum(load) / len(load) if load else 0.0
+
+    # ---- recovery after churn
+    step("recovery after churn")
+    recovery = recovery_after_churn(msg_pd, ctx.churn, t0, ctx.t_end)
+
+    # ---- summary
+    delivered = int(msg_pd["delivered"].sum())
+    expected = int(msg_pd["expected"].sum())
+    messages = len(msg_pd)
+    duplicates = int(msg_pd["duplicates"].sum())
+    transmissions = int(per_node["msgs_sent"].sum()) if len(per_node) else 0
+    all_deliveries = delivered + int(unexpected)
+    control = {
+        "publish": transmissions,
+        "deliver": int(per_node["delivered"].sum()) if len(per_node) else 0,
+        "graft": int(per_node["graft_sent"].sum()) if len(per_node) else 0,
+        "prune": int(per_node["prune_sent"].sum()) if len(per_node) else 0,
+        "ihave": int(per_node["ihave_sent"].sum()) if len(per_node) else 0,
+        "iwant": int(per_node["iwant_sent"].sum()) if len(per_node) else 0,
+    }
+    latency = {
+        "p50": _pct(qs, 50),
+        "p90": _pct(qs, 90),
+        "p99": _pct(qs, 99),
+        "max": float(lat["max"]) if lat.n else None,
+        "mean": float(lat["mean"]) if lat.n else None,
+    }
+    stretch = {
+        "p50": _pct(lat.stretch_q, 0) if lat.stretch_n else None,
+        "p90": _pct(lat.stretch_q, 1) if lat.stretch_n else None,
+        "p99": _pct(lat.stretch_q, 2) if lat.stretch_n else None,
+    }
+    mesh_vals = mesh_samples["degree"] if len(mesh_samples) else pd.Series([], dtype=float)
+    mesh = {
+        "mean": float(mesh_vals.mean()) if len(mesh_vals) else None,
+        "p50": float(mesh_vals.median()) if len(mesh_vals) else None,
+        "min": int(mesh_vals.min()) if len(mesh_vals) else None,
+        "max": int(mesh_vals.max()) if len(mesh_vals) else None,
+    }
+    rec_done = [r for r in recovery if r["recovered"] is not None]
+    recovery_max = (
+        max((r["recovery_s"] for r in rec_done), default=0.0) if all(r["recovered"] for r in rec_done) else None
+    )
+    summary: dict[str, Any] = {
+        "run": run.name,
+        "backend": run.manifest.get("backend"),
+        "nodes": len(ctx.nodes),
+        "events": n_events,
+        "messages": messages,
+        "expected_deliveries": expected,
+        "deliveries": delivered,
+        "unexpected_deliveries": int(unexpected),
+        "delivery_ratio": delivered / expected if expected else None,
+        "messages_lost": int((with_exp["delivered"] == 0).sum()),
+        "messages_complete": int((with_exp["delivered"] == with_exp["expected"]).sum()),
+        "min_message_delivery_ratio": float(with_exp["delivery_ratio"].min()) if len(with_exp) else None,
+        "latency_ms": latency,
+        "duplicates": duplicates,
+        "duplicates_per_message": duplicates / messages if messages else None,
+        "duplicates_per_delivery": duplicates / all_deliveries if all_deliveries else None,
+        "transmissions": transmissions,
+        "amplification": transmissions / all_deliveries if all_deliveries else None,
+        "control": control,
+        "rpcs": {
+            "sent": int(per_node["rpcs_sent"].sum()) if len(per_node) else 0,
+            "received": int(per_node["rpcs_received"].sum()) if len(per_node) else 0,
+            "dropped": int(per_node["rpcs_dropped"].sum()) if len(per_node) else 0,
+        },
+        "bytes": {
+            "sent": int(nodes_df["bytes_sent"].sum()) if has_sizes else None,
+            "received": int(nodes_df["bytes_received"].sum()) if has_sizes else None,
+            "dropped": int(nodes_df["bytes_dropped"].sum()) if has_sizes else None,
+        },
+        "load": {
+            "basis": load_basis,
+            "gini": gini(load),
+            "max_over_mean": (max(load) / mean_load) if load and mean_load > 0 else None,
+        },
+        "stretch": stretch,
+        "lower_bound_available": has_lb,
+        "mesh_degree": mesh,
+        "recovery": recovery,
+        "recovery_max_s": recovery_max,
+        "recovered_all": (all(r["recovered"] for r in rec_done) if rec_done else None),
+        "t0_ns": t0,
+        "duration_s": (ctx.t_end - t0) / NS if ctx.t_end > t0 else 0.0,
+    }
+    summary.update(flat_aliases(summary))
+    return summary
+
+
+def flat_aliases(summary: dict[str, Any]) -> dict[str, Any]:
+    """Flat names for the nested figures, usable in expectations."""
+    out: dict[str, Any] = {}
+    for k in ("p50", "p90", "p99", "max", "mean"):
+        out[f"latency_{k}_ms"] = summary["latency_ms"][k]
+    for k, v in summary["control"].items():
+        out[f"control_{k}"] = v
+    for k, v in summary["stretch"].items():
+        out[f"stretch_{k}"] = v
+    for k, v in summary["mesh_degree"].items():
+        out[f"mesh_degree_{k}"] = v
+    for k, v in summary["rpcs"].items():
+        out[f"rpcs_{k}"] = v
+    for k, v in summary["bytes"].items():
+        out[f"bytes_{k}"] = v
+    out["load_gini"] = summary["load"]["gini"]
+    out["load_max_over_mean"] = summary["load"]["max_over_mean"]
+    out["dropped_rpcs"] = summary["rpcs"]["dropped"]
+    return out
+
+
+def _mesh_degree(spark, E, ctx: Context, S, Dn) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each node's mesh per topic, rebuilt from its GRAFT/PRUNE events (peer
+    added to / removed from the mesh), REMOVE_PEER (gone from every topic's
+    mesh), LEAVE (mesh of that topic emptied) and node_down (all state lost),
+    sampled at t0 + k seconds while the node is up and subscribed."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    gp = E.where(F.col("type").isin(GRAFT, PRUNE)).select(
+        "node", "topic", "peer", "ts", "seq", F.when(F.col("type") == GRAFT, 1).otherwise(0).alias("state")
+    )
+    links = gp.select("node", "topic", "peer").distinct()
+    removed = (
+        E.where(F.col("type") == REMOVE_PEER)
+        .select("node", "peer", "ts", "seq")
+        .join(links, ["node", "peer"])
+        .select("node", "topic", "peer", "ts", "seq", F.lit(0).alias("state"))
+    )
+    left = (
+        E.where(F.col("type") == LEAVE)
+        .select("node", "topic", "ts", "seq")
+        .join(links, ["node", "topic"])
+        .select("node", "topic", "peer", "ts", "seq", F.lit(0).alias("state"))
+    )
+    parts = [gp, removed, left]
+    if ctx.resets:
+        R = spark.createDataFrame(ctx.resets, "node string, ts long")
+        parts.append(
+            R.join(links, ["node"]).select(
+                "node", "topic", "peer", "ts", F.lit(-1).cast("long").alias("seq"), F.lit(0).alias("state")
+            )
+        )
+    ev = parts[0]
+    for p in parts[1:]:
+        ev = ev.unionByName(p)
+    w = Window.partitionBy("node", "topic", "peer").orderBy("ts", "seq")
+    deltas = (
+        ev.withColumn("delta", F.col("state") - F.lag("state", 1, 0).over(w))
+        .where(F.col("delta") != 0)
+    )
+    w2 = Window.partitionBy("node", "topic").orderBy("ts", "seq", "peer").rowsBetween(
+        Window.unboundedPreceding, 0
+    )
+    # sample k covers events with ts <= t0 + k s
+    degree = deltas.withColumn("degree", F.sum("delta").over(w2)).withColumn(
+        "k", F.greatest(F.ceil((F.col("ts") - F.lit(ctx.t0)) / NS).cast("long"), F.lit(0).cast("long"))
+    )
+    wlast = Window.partitionBy("node", "topic", "k").orderBy(F.col("ts").desc(), F.col("seq").desc(), F.col("peer").desc())
+    last = degree.withColumn("rn", F.row_number().over(wlast)).where("rn = 1").select("node", "topic", "k", "degree")
+    k_end = max(0, math.ceil((ctx.t_end - ctx.t0) / NS))
+    grid = (
+        S.select(F.col("s_node").alias("node"), F.col("s_topic").alias("topic"))
+        .distinct()
+        .crossJoin(spark.range(0, k_end + 1).withColumnRenamed("id", "k"))
+    )
+    wf = Window.partitionBy("node", "topic").orderBy("k").rowsBetween(Window.unboundedPreceding, 0)
+    filled = (
+        grid.join(last, ["node", "topic", "k"], "left")
+        .withColumn("degree", F.coalesce(F.last("degree", ignorenulls=True).over(wf), F.lit(0)))
+        .withColumn("sample_ts", F.lit(ctx.t0) + F.col("k") * NS)
+    )
+    # only while subscribed and up
+    sampled = filled.join(
+        S,
+        (S.s_node == filled.node)
+        & (S.s_topic == filled.topic)
+        & (S.s_start <= filled.sample_ts)
+        & (filled.sample_ts < S.s_end),
+        "left_semi",
+    ).join(
+        Dn, (Dn.d_node == filled.node) & (Dn.d_start <= filled.sample_ts) & (filled.sample_ts < Dn.d_end), "left_anti"
+    )
+    samples = sampled.select(F.col("k").alias("t_s"), "node", "topic", F.col("degree").cast("int")).orderBy(
+        "t_s", "node", "topic"
+    ).toPandas()
+    hist = (
+        samples.groupby("degree").size().reset_index(name="samples")
+        if len(samples)
+        else pd.DataFrame({"degree": pd.Series([], dtype="int32"), "samples": pd.Series([], dtype="int64")})
+    )
+    return samples, hist

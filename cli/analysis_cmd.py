@@ -1,0 +1,164 @@
+"""`testbed analyze` and `testbed report`: thin wrappers over analysis/.
+
+analyze exits 0 when every expectation and --assert holds, 1 when one fails,
+2 on bad input (not a run directory, no traces, a bad expression) and 3 when
+Spark cannot run (no Java).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orchestrator.errors import InputError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fmt(v, digits: int = 4) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def summary_table(summary: dict) -> Table:
+    t = Table(title=f"run {summary.get('run', '')}", show_header=True, header_style="bold")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    lat = summary.get("latency_ms") or {}
+    rows = [
+        ("nodes", summary.get("nodes")),
+        ("trace events", summary.get("events")),
+        ("messages", summary.get("messages")),
+        ("expected deliveries", summary.get("expected_deliveries")),
+        ("deliveries", summary.get("deliveries")),
+        ("delivery ratio", summary.get("delivery_ratio")),
+        ("latency p50 / p90 / p99 / max (ms)",
+         " / ".join(_fmt(lat.get(k)) for k in ("p50", "p90", "p99", "max"))),
+        ("duplicates (per message)",
+         f"{_fmt(summary.get('duplicates'))} ({_fmt(summary.get('duplicates_per_message'))})"),
+        ("amplification", summary.get("amplification")),
+        ("stretch p50 / p99",
+         " / ".join(_fmt((summary.get("stretch") or {}).get(k)) for k in ("p50", "p99"))),
+        ("control publish/deliver/graft/prune/ihave/iwant",
+         " / ".join(_fmt((summary.get("control") or {}).get(k))
+                    for k in ("publish", "deliver", "graft", "prune", "ihave", "iwant"))),
+        ("mesh degree mean", summary.get("mesh_degree_mean")),
+        ("load gini / max-over-mean",
+         f"{_fmt(summary.get('load_gini'))} / {_fmt(summary.get('load_max_over_mean'))}"),
+        ("recovery after churn (max s)", summary.get("recovery_max_s")),
+    ]
+    for name, value in rows:
+        t.add_row(name, value if isinstance(value, str) else _fmt(value))
+    return t
+
+
+def results_table(results) -> Table:
+    t = Table(title="assertions", show_header=True, header_style="bold")
+    t.add_column("")
+    t.add_column("assertion")
+    t.add_column("actual", justify="right")
+    t.add_column("from")
+    for r in results:
+        t.add_row(
+            "[green]PASS[/]" if r.passed else "[bold red]FAIL[/]",
+            r.expr,
+            _fmt(r.actual, 6),
+            r.source,
+        )
+    return t
+
+
+def analyze(
+    run_dir: Path = typer.Argument(..., help="The run directory (traces/, events.jsonl, topology.json, ...)."),
+    asserts: list[str] = typer.Option(
+        None, "--assert", "-a", help="An assertion '<metric> <op> <number>', e.g. 'delivery_ratio >= 0.999'. Repeatable."
+    ),
+    junit: Path | None = typer.Option(None, "--junit", help="Write the assertions as JUnit XML to this file."),
+    spark_master: str | None = typer.Option(
+        None, "--spark-master", help="Spark master URL (default $SPARK_MASTER, spark-defaults.conf, else local[*])."
+    ),
+    traces: Path | None = typer.Option(None, "--traces", help="Read trace files (.pb, .json, .jsonl) from this directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary (and assertion results) as JSON."),
+) -> None:
+    """Compute the run's metrics with PySpark, write metrics/*.parquet and summary.json, check assertions."""
+    from analysis import check_assertions, junit_xml, run_analysis
+    from analysis.assertions import validate_assertion
+    from analysis.rundir import open_run_dir
+
+    run = open_run_dir(run_dir, traces)  # bad input fails before Spark starts
+    cli_asserts = list(asserts or [])
+    for expr in cli_asserts + run.expectations():
+        validate_assertion(expr)
+
+    started = time.monotonic()
+    quiet = as_json or not console.is_terminal
+    with Progress(
+        SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
+        console=err_console, transient=True, disable=quiet,
+    ) as progress:
+        task = progress.add_task("analysing", total=None)
+
+        def on_progress(stage: str, frac: float | None) -> None:
+            if frac is None:
+                progress.update(task, description=stage, total=None)
+            else:
+                progress.update(task, description=stage, total=1.0, completed=frac)
+
+        summary = run_analysis(run_dir, spark_master=spark_master, traces=traces, progress=on_progress)
+    elapsed = time.monotonic() - started
+
+    results = check_assertions(summary, run.expectations(), source="expectation")
+    results += check_assertions(summary, cli_asserts, source="assert")
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(junit_xml(results, suite=f"testbed.analyze.{summary.get('run', 'run')}", time_s=elapsed))
+
+    if as_json:
+        out = dict(summary)
+        out["assertions"] = [r.to_dict() for r in results]
+        typer.echo(json.dumps(out, indent=2, default=str))
+    else:
+        console.print(summary_table(summary))
+        if results:
+            console.print(results_table(results))
+        console.print(f"metrics in {run.metrics_dir}, summary in {run.summary_path}")
+    failed = [r for r in results if not r.passed]
+    if failed:
+        for r in failed:
+            err_console.print(f"[bold red]assertion failed:[/] {r.expr}: {r.message}")
+        raise typer.Exit(1)
+
+
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="One run directory, or several to compare side by side."),
+    output: Path | None = typer.Option(
+        None, "-o", "--output", help="The HTML file (default RUN_DIR/report.html, or ./report.html for several runs)."
+    ),
+    spark_master: str | None = typer.Option(None, "--spark-master", help="Spark master for runs not analysed yet."),
+) -> None:
+    """Write one self-contained HTML report (inline SVG charts, works offline) for one or several runs."""
+    from analysis import write_report
+
+    if not run_dirs:
+        raise InputError("give at least one run directory")
+    if output is None:
+        output = run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html")
+    path = write_report(run_dirs, output, spark_master=spark_master)
+    console.print(f"report written to {path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("analyze")(analyze)
+    app.command("report")(report)
