@@ -110,9 +110,12 @@ def run(
     report: bool = typer.Option(True, "--report/--no-report", help="Analyse the traces and write report.html."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Run an experiment end to end: up, workload and churn, collection, down,
-    then analysis, report.html and the experiment's expectations (exit 1 when
-    one fails). A file with variants runs each of them, one after the other."""
+    """Run an experiment end to end and report; exit 1 when an expectation fails.
+
+    Up, workload and churn, trace collection, down, then analysis, report.html
+    and the experiment's expectations. A file with variants runs each of them,
+    one after the other.
+    """
     from cli.postrun import finish_runs, plan_runs  # noqa: PLC0415
     from orchestrator.controller import run_experiment  # noqa: PLC0415
 
@@ -338,8 +341,11 @@ def down(
     all_: bool = typer.Option(False, "--all", help="Remove every testbed (and anything a killed CLI left)."),
     as_json: bool = typer.Option(False, "--json", help="Print what was removed as JSON."),
 ) -> None:
-    """Stop a testbed (gracefully: traces flushed, manifest written) and remove
-    everything it created. Idempotent; cleans up after a killed CLI too."""
+    """Stop a testbed and remove everything it created; traces stay.
+
+    Graceful: traces flushed, manifest written. Idempotent; cleans up after a
+    killed CLI too.
+    """
     from orchestrator.controller import down_all, down_testbed  # noqa: PLC0415
     from orchestrator.state import check_name  # noqa: PLC0415
 
