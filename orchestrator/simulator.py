@@ -15,13 +15,13 @@ from __future__ import annotations
 import gc
 import heapq
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.engine import make_router
-from node.engine.api import NS, Output, Router, TraceType
+from node.engine.api import NS, Output, Router, TraceEvent, TraceType
 from node.engine.registry import negotiate
 from node.traceenc import EventEncoder
 from node.tracefile import rpc_event
@@ -35,6 +35,20 @@ _TRACE_BUFFER_BYTES = 64 << 20
 
 # Event kinds, in the order they are handled when times tie.
 _CONNECT, _RPC, _DISCONNECTED, _HEARTBEAT, _CHURN, _PUBLISH, _END = range(7)
+
+
+@dataclass(slots=True)
+class Conn:
+    """One end of a connection, as its node sees it: open until the node
+    closes it or notices the other end closed. Both ends share an epoch, so an
+    RPC that arrives after the connection was replaced is recognised."""
+
+    epoch: int
+    peer: SimNode
+    latency: int
+    jitter: int
+    loss: float
+    last_arrival: int = 0  # of what this end sent: links are FIFO
 
 
 @dataclass
@@ -54,6 +68,7 @@ class SimNode:
     uplink_free_at: int = 0
     paused_inbox: list[Callable[[], None]] = field(default_factory=list)
     heartbeat_due: bool = False
+    conns: dict[PeerId, Conn] = field(default_factory=dict)
 
     @property
     def reachable(self) -> bool:
@@ -97,7 +112,7 @@ class TraceSink:
         self._buffers: dict[str, list[bytes]] = {}
         self._buffered = 0
 
-    def write(self, node: str, peer_id: PeerId, events) -> None:
+    def write(self, node: str, peer_id: PeerId, events: Sequence[TraceEvent]) -> None:
         buf = self._buffers.get(node)
         if buf is None:
             buf = self._buffers[node] = []
@@ -147,10 +162,7 @@ class Simulator:
         self.by_peer = {node.peer_id: node for node in self.nodes.values()}
         self._heap: list[tuple] = []
         self._seq = 0
-        self._links: dict[tuple[str, str], int] = {}  # open connection (a<b) -> epoch
         self._epoch = 0
-        self._last_arrival: dict[tuple[str, str], int] = {}
-        self._link_cache: dict[tuple[str, str], tuple[int, int, float]] = {}
         self._expected: dict[bytes, tuple[int, set[str]]] = {}
         self._delivered: set[tuple[bytes, str]] = set()
         self.now = 0
@@ -161,14 +173,8 @@ class Simulator:
         self._seq += 1
         heapq.heappush(self._heap, (t, kind, self._seq, a, b, c))
 
-    def _link(self, a: str, b: str) -> tuple[int, int, float]:
-        key = (a, b) if a < b else (b, a)
-        cached = self._link_cache.get(key)
-        if cached is None:
-            params = self.resolved.link(a, b)
-            cached = (round(params.latency_ms * 1e6), round(params.jitter_ms * 1e6), params.loss)
-            self._link_cache[key] = cached
-        return cached
+    def _latency(self, a: str, b: str) -> int:
+        return round(self.resolved.link(a, b).latency_ms * 1e6)
 
     def end_time(self) -> int:
         r = self.resolved
@@ -231,8 +237,8 @@ class Simulator:
         if not out.sends:
             return
         send_events = []
+        conns = node.conns
         for peer, rpc in out.sends:
-            dst = peer.decode()
             send_events.append(rpc_event(TraceType.SEND_RPC, now, peer, rpc))
             stats.rpcs += 1
             stats.transmissions += len(rpc.publish)
@@ -242,40 +248,39 @@ class Simulator:
                 stats.prune += len(ctl.prune)
                 stats.ihave += len(ctl.ihave)
                 stats.iwant += len(ctl.iwant)
-            key = (node.name, dst) if node.name < dst else (dst, node.name)
-            epoch = self._links.get(key)
-            if epoch is None:
+            conn = conns.get(peer)
+            if conn is None:
                 continue
-            latency, jitter, loss = self._link(node.name, dst)
             depart = now
             if node.uplink_bps:
                 start = max(now, node.uplink_free_at)
                 depart = start + rpc_size(rpc) * 8 * NS // node.uplink_bps
                 node.uplink_free_at = depart
-            if loss and self.rng.random() < loss:
+            if conn.loss and self.rng.random() < conn.loss:
                 stats.rpcs_lost += 1
                 continue
-            arrival = depart + latency
-            if jitter:
-                arrival = max(depart, arrival + self.rng.randint(-jitter, jitter))
-            direction = (node.name, dst)
-            arrival = max(arrival, self._last_arrival.get(direction, 0))
-            self._last_arrival[direction] = arrival
-            self._push(arrival, _RPC, node.name, dst, (epoch, rpc))
+            arrival = depart + conn.latency
+            if conn.jitter:
+                arrival = max(depart, arrival + self.rng.randint(-conn.jitter, conn.jitter))
+            if arrival < conn.last_arrival:
+                arrival = conn.last_arrival
+            conn.last_arrival = arrival
+            self._push(arrival, _RPC, node, conn.peer, (conn.epoch, rpc))
         self.sink.write(node.name, node.peer_id, send_events)
 
     # Handlers
 
-    def _on_rpc(self, src: str, dst: str, payload: tuple) -> None:
+    def _on_rpc(self, src: SimNode, dst: SimNode, payload: tuple) -> None:
+        """Accepted while the receiving end of that connection is open: what a
+        closing peer sent before closing still arrives."""
         epoch, rpc = payload
-        key = (src, dst) if src < dst else (dst, src)
-        if self._links.get(key) != epoch:
+        conn = dst.conns.get(src.peer_id)
+        if conn is None or conn.epoch != epoch:
             return
-        node = self.nodes[dst]
-        if node.state == "paused":
-            node.paused_inbox.append(lambda: self._on_rpc(src, dst, payload))
+        if dst.state == "paused":
+            dst.paused_inbox.append(lambda: self._on_rpc(src, dst, payload))
             return
-        self._emit(node, node.engine.handle_rpc(self.now, src.encode(), rpc))
+        self._emit(dst, dst.engine.handle_rpc(self.now, src.peer_id, rpc))
 
     def _on_heartbeat(self, name: str, incarnation: int) -> None:
         node = self.nodes[name]
@@ -289,16 +294,22 @@ class Simulator:
 
     def _on_connect(self, a: str, b: str) -> None:
         na, nb = self.nodes[a], self.nodes[b]
-        key = (a, b) if a < b else (b, a)
-        if key in self._links or na.engine is None or nb.engine is None:
+        if na.engine is None or nb.engine is None or na.cut_off_from(b) or nb.cut_off_from(a):
             return
-        if na.cut_off_from(b) or nb.cut_off_from(a):
+        ca, cb = na.conns.get(nb.peer_id), nb.conns.get(na.peer_id)
+        if ca is not None and cb is not None and ca.epoch == cb.epoch:
             return
         proto = negotiate(na.engine.supported_protocols, nb.engine.supported_protocols, na.engine.protocol_id)
         if proto is None:
             return
+        for me, other, stale in ((na, nb, ca), (nb, na, cb)):
+            if stale is not None:  # the half-open end of an older connection: replaced
+                self._on_disconnected(me.name, other.name, stale.epoch)
         self._epoch += 1
-        self._links[key] = self._epoch
+        link = self.resolved.link(a, b)
+        latency, jitter = round(link.latency_ms * 1e6), round(link.jitter_ms * 1e6)
+        na.conns[nb.peer_id] = Conn(self._epoch, nb, latency, jitter, link.loss)
+        nb.conns[na.peer_id] = Conn(self._epoch, na, latency, jitter, link.loss)
         self.stats.connect += 1
         for me, other in ((na, nb), (nb, na)):
             self._add_peer(me, other.peer_id, proto)
@@ -311,36 +322,44 @@ class Simulator:
 
     def _on_disconnected(self, name: str, peer: str, epoch: int) -> None:
         """`name` notices its connection to `peer` is gone, unless a newer
-        connection between them replaced it meanwhile."""
-        key = (name, peer) if name < peer else (peer, name)
-        if self._links.get(key, epoch) != epoch:
-            return
+        connection between them replaced it meanwhile; its end closes."""
         node = self.nodes[name]
+        peer_id = peer.encode()
+        conn = node.conns.get(peer_id)
+        if conn is not None and conn.epoch != epoch:
+            return
+        node.conns.pop(peer_id, None)
         if node.state == "paused":
-            node.paused_inbox.append(lambda: self._on_disconnected(name, peer, epoch))
+            node.paused_inbox.append(lambda: self._emit(node, node.engine.remove_peer(self.now, peer_id)))
         elif node.engine is not None:
-            self._emit(node, node.engine.remove_peer(self.now, peer.encode()))
+            self._emit(node, node.engine.remove_peer(self.now, peer_id))
 
-    def _close_links(self, node: SimNode, peers: set[str] | None, notify_self: bool) -> None:
-        """Close node's connections (to `peers`, or all); each other side
-        notices after the last RPC in flight to it has arrived."""
-        for key in [k for k in self._links if node.name in k]:
-            other = key[1] if key[0] == node.name else key[0]
-            if peers is not None and other not in peers:
+    def _close(self, node: SimNode, peers: set[str] | None) -> None:
+        """A process ends: close its ends of its connections (to `peers`, or
+        all). Each other side notices one latency later, and only after what
+        was in flight to it has arrived."""
+        for peer_id, conn in list(node.conns.items()):
+            if peers is not None and conn.peer.name not in peers:
                 continue
-            epoch = self._links.pop(key)
-            latency = self._link(node.name, other)[0]
-            notice = max(self.now + latency, self._last_arrival.get((node.name, other), 0))
-            self._push(notice, _DISCONNECTED, other, node.name, epoch)
-            if notify_self:
-                self._push(self.now, _DISCONNECTED, node.name, other, epoch)
+            del node.conns[peer_id]
+            notice = max(self.now + conn.latency, conn.last_arrival)
+            self._push(notice, _DISCONNECTED, conn.peer.name, node.name, conn.epoch)
+
+    def _partition(self, node: SimNode, peers: set[str] | None) -> None:
+        """The network between node and `peers` (or everyone) goes away: what
+        is in flight is lost and both ends notice at once."""
+        for peer_id, conn in list(node.conns.items()):
+            if peers is not None and conn.peer.name not in peers:
+                continue
+            self._on_disconnected(node.name, conn.peer.name, conn.epoch)
+            self._on_disconnected(conn.peer.name, node.name, conn.epoch)
 
     def _dial_neighbours(self, node: SimNode, only: set[str] | None = None) -> None:
         for other in node.neighbours:
             if only is not None and other not in only:
                 continue
             if self.nodes[other].engine is not None:
-                self._push(self.now + self._link(node.name, other)[0], _CONNECT, node.name, other)
+                self._push(self.now + self._latency(node.name, other), _CONNECT, node.name, other)
 
     def _start(self, node: SimNode, t: int) -> None:
         node.incarnation += 1
@@ -361,7 +380,7 @@ class Simulator:
         if graceful and node.state == "up":
             for topic in sorted(node.topics):
                 self._emit(node, node.engine.leave(self.now, topic))
-        self._close_links(node, None, notify_self=False)
+        self._close(node, None)
         node.engine = None
         node.state = "down"
         node.incarnation += 1
@@ -443,7 +462,7 @@ class Simulator:
                 node.isolated_from = set()
             else:
                 node.isolated_from = (node.isolated_from or set()) | peers
-            self._close_links(node, peers, notify_self=True)
+            self._partition(node, peers)
         elif verb == "reconnect" and node.isolated_from is not None:
             peers = set(action.peers) if action.peers else None
             if peers is None or not node.isolated_from:

@@ -139,7 +139,7 @@ def test_an_action_without_undo_cuts_the_node_off_and_the_rest_still_deliver(tmp
 
 @pytest.mark.parametrize("action,extra", [
     ("kill", ", for: 2s"), ("stop", ", for: 2s"), ("pause", ", for: 2s"),
-    ("disconnect", ", for: 2s"), ("leave", ", topic: t, for: 2s"),
+    ("disconnect", ", for: 2s"), ("leave", ", topic: t, for: 2s"), ("restart", ""),
 ])
 def test_an_undone_action_brings_the_node_back(tmp_path, action, extra):
     _, result = simulate(CHURN_TEMPLATE.format(action=action, extra=extra), tmp_path / "run")
@@ -147,6 +147,9 @@ def test_an_undone_action_brings_the_node_back(tmp_path, action, extra):
     if action == "pause":
         assert got == 6  # messages queue up while frozen and arrive on unpause
         assert result.summary["delivery_ratio"] == 1.0
+    elif action == "restart":
+        assert got >= 5  # back at once: only the message at 1 s may beat the new mesh
+        assert result.summary["delivery_ratio"] >= 0.98
     else:
         # back at 2.5 s: messages 3..5 are expected; the one published at 3 s can
         # miss the node, whose mesh links are re-grafted at the heartbeat after it
@@ -154,15 +157,26 @@ def test_an_undone_action_brings_the_node_back(tmp_path, action, extra):
         assert result.summary["delivery_ratio"] >= 0.98
 
 
-def test_stop_sends_prune_before_leaving(tmp_path):
+def test_stop_sends_prune_and_its_mesh_peers_receive_it_before_the_disconnect(tmp_path):
     simulate(CHURN_TEMPLATE.format(action="stop", extra=""), tmp_path / "run")
     events = list(read_trace(tmp_path / "run" / "traces" / "n5.pb"))
     leave_at = next(ev.timestamp for ev in events if ev.type == TraceType.LEAVE)
-    prunes_sent = [
-        ev for ev in events
+    pruned = {
+        ev.sendRPC.sendTo.decode() for ev in events
         if ev.type == TraceType.SEND_RPC and ev.sendRPC.meta.control.prune and ev.timestamp == leave_at
-    ]
-    assert prunes_sent
+    }
+    assert pruned
+    for peer in pruned:
+        peer_events = list(read_trace(tmp_path / "run" / "traces" / f"{peer}.pb"))
+        got_prune = next(
+            ev.timestamp for ev in peer_events
+            if ev.type == TraceType.RECV_RPC and ev.recvRPC.receivedFrom == b"n5" and ev.recvRPC.meta.control.prune
+        )
+        removed = next(
+            ev.timestamp for ev in peer_events
+            if ev.type == TraceType.REMOVE_PEER and ev.removePeer.peerID == b"n5"
+        )
+        assert leave_at < got_prune <= removed
 
 
 def test_uplink_bandwidth_adds_serialization_delay(tmp_path):
