@@ -75,14 +75,17 @@ class EventEncoder:
         t = ev.type
         tag = _RPC_TAGS.get(t)
         if tag is not None:
-            body = _ld(b"\x0a", ev.peer) + self._meta_field(ev.rpc if ev.rpc is not None else Rpc())
-            return self._head(t, self_id, ev.timestamp) + _ld(tag, body)
-        if t == _DUPLICATE:
-            body = _ld(b"\x0a", ev.message_id) + _ld(b"\x12", ev.peer) + _ld(b"\x1a", ev.topic.encode())
-            return self._head(t, self_id, ev.timestamp) + _ld(b"\x32", body)
-        if t == _DELIVER:
-            body = _ld(b"\x0a", ev.message_id) + _ld(b"\x12", ev.topic.encode()) + _ld(b"\x1a", ev.peer)
-            return self._head(t, self_id, ev.timestamp) + _ld(b"\x3a", body)
+            peer = ev.peer
+            body = b"\x0a" + _uv(len(peer)) + peer + self._meta_field(ev.rpc if ev.rpc is not None else Rpc())
+            return self._head(t, self_id, ev.timestamp) + tag + _uv(len(body)) + body
+        if t == _DUPLICATE or t == _DELIVER:
+            mid, peer, topic = ev.message_id, ev.peer, ev.topic.encode()
+            mid_field = b"\x0a" + _uv(len(mid)) + mid
+            if t == _DUPLICATE:
+                body = mid_field + b"\x12" + _uv(len(peer)) + peer + b"\x1a" + _uv(len(topic)) + topic
+                return self._head(t, self_id, ev.timestamp) + b"\x32" + _uv(len(body)) + body
+            body = mid_field + b"\x12" + _uv(len(topic)) + topic + b"\x1a" + _uv(len(peer)) + peer
+            return self._head(t, self_id, ev.timestamp) + b"\x3a" + _uv(len(body)) + body
         return to_proto(ev, self_id).SerializeToString()
 
     def framed(self, ev: TraceEvent, self_id: bytes) -> bytes:

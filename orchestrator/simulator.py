@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import os
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,17 +25,17 @@ from node.engine import make_router
 from node.engine.api import NS, Output, Router, TraceEvent, TraceType
 from node.engine.registry import negotiate
 from node.traceenc import EventEncoder
-from node.tracefile import rpc_event
 from node.wire import Message, PeerId, rpc_size, seqno_bytes
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
 
 INJECTOR_ID = b"injector"
 WARMUP_S = 3.0
-_TRACE_BUFFER_BYTES = 64 << 20
+_TRACE_CHUNK_EVENTS = 250_000
 
 # Event kinds, in the order they are handled when times tie.
 _CONNECT, _RPC, _DISCONNECTED, _HEARTBEAT, _CHURN, _PUBLISH, _END = range(7)
+_SEND_RPC = TraceType.SEND_RPC
 
 
 @dataclass(slots=True)
@@ -101,37 +102,70 @@ class SimStats:
 
 
 class TraceSink:
-    """Buffers every node's encoded trace events and appends them to
-    traces/<node>.pb in large batches (thousands of nodes cannot all keep a
-    file open)."""
+    """Collects every node's trace events and appends them, encoded, to
+    traces/<node>.pb. Encoding costs about as much as simulating, so each
+    chunk of events is encoded by a forked child on the other core while the
+    simulation goes on: copy-on-write, nothing is pickled. The parent keeps a
+    chunk alive until its child has exited, so freeing it never copies shared
+    pages; a new child starts only after the previous one finished, so every
+    file is appended in order. Where fork is missing, chunks are encoded in
+    place."""
 
-    def __init__(self, trace_dir: Path) -> None:
+    def __init__(self, trace_dir: Path, chunk_events: int = _TRACE_CHUNK_EVENTS) -> None:
         self.dir = trace_dir
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._encoder = EventEncoder()
-        self._buffers: dict[str, list[bytes]] = {}
-        self._buffered = 0
+        self.chunk_events = chunk_events
+        self._pending: dict[str, tuple[PeerId, list[TraceEvent]]] = {}
+        self._count = 0
+        self._child: int | None = None
+        self._in_child: dict[str, tuple[PeerId, list[TraceEvent]]] = {}
 
     def write(self, node: str, peer_id: PeerId, events: Sequence[TraceEvent]) -> None:
-        buf = self._buffers.get(node)
-        if buf is None:
-            buf = self._buffers[node] = []
-        framed = self._encoder.framed
-        for ev in events:
-            frame = framed(ev, peer_id)
-            buf.append(frame)
-            self._buffered += len(frame)
-        if self._buffered > _TRACE_BUFFER_BYTES:
-            self.close()
+        entry = self._pending.get(node)
+        if entry is None:
+            entry = self._pending[node] = (peer_id, [])
+        entry[1].extend(events)
+        self._count += len(events)
+        if self._count >= self.chunk_events:
+            self._hand_off(background=hasattr(os, "fork"))
 
     def close(self) -> None:
-        """Write out everything buffered so far."""
-        for node, chunks in self._buffers.items():
-            if chunks:
-                with open(self.dir / f"{node}.pb", "ab") as f:
-                    f.write(b"".join(chunks))
-                chunks.clear()
-        self._buffered = 0
+        """Write out everything collected so far and wait for it."""
+        self._hand_off(background=False)
+
+    def _hand_off(self, background: bool) -> None:
+        self._wait()
+        pending, self._pending, self._count = self._pending, {}, 0
+        if not background:
+            _append_encoded(self.dir, pending)
+            return
+        pid = os.fork()
+        if pid == 0:  # the child only encodes and exits: no collector needed
+            gc.disable()
+            code = 1
+            try:
+                _append_encoded(self.dir, pending)
+                code = 0
+            finally:
+                os._exit(code)
+        self._child = pid
+        self._in_child = pending
+
+    def _wait(self) -> None:
+        if self._child is None:
+            return
+        _, status = os.waitpid(self._child, 0)
+        self._child = None
+        self._in_child = {}
+        if status != 0:
+            raise RuntimeError(f"the trace writer process failed (wait status {status})")
+
+
+def _append_encoded(trace_dir: Path, pending: dict[str, tuple[PeerId, list[TraceEvent]]]) -> None:
+    framed = EventEncoder().framed
+    for node, (peer_id, events) in pending.items():
+        with open(trace_dir / f"{node}.pb", "ab") as f:
+            f.write(b"".join([framed(ev, peer_id) for ev in events]))
 
 
 class Simulator:
@@ -228,19 +262,22 @@ class Simulator:
     # Output of an engine
 
     def _emit(self, node: SimNode, out: Output) -> None:
-        now = self.now
-        stats = self.stats
-        if out.trace:
-            self.sink.write(node.name, node.peer_id, out.trace)
+        """Deliveries are counted, RPCs go onto their connections (SEND_RPC is
+        traced even when the connection just closed: the router did send)."""
         for msg in out.deliveries:
             self._on_delivered(node, msg)
         if not out.sends:
+            if out.trace:
+                self.sink.write(node.name, node.peer_id, out.trace)
             return
-        send_events = []
+        now = self.now
+        stats = self.stats
+        events = list(out.trace)
         conns = node.conns
+        heap = self._heap
+        stats.rpcs += len(out.sends)
         for peer, rpc in out.sends:
-            send_events.append(rpc_event(TraceType.SEND_RPC, now, peer, rpc))
-            stats.rpcs += 1
+            events.append(TraceEvent(_SEND_RPC, now, b"", "", peer, "", "", rpc))
             stats.transmissions += len(rpc.publish)
             ctl = rpc.control
             if ctl is not None:
@@ -265,8 +302,9 @@ class Simulator:
             if arrival < conn.last_arrival:
                 arrival = conn.last_arrival
             conn.last_arrival = arrival
-            self._push(arrival, _RPC, node, conn.peer, (conn.epoch, rpc))
-        self.sink.write(node.name, node.peer_id, send_events)
+            self._seq += 1
+            heapq.heappush(heap, (arrival, _RPC, self._seq, node, conn.peer, (conn.epoch, rpc)))
+        self.sink.write(node.name, node.peer_id, events)
 
     # Handlers
 

@@ -194,3 +194,23 @@ linger: 3s
     assert fast.summary["latency_p50_ms"] == pytest.approx(10.0)
     # 100 kB at 1 Mbit/s is about 800 ms on the wire, plus the 10 ms link
     assert 790 <= slow.summary["latency_p50_ms"] <= 830
+
+
+def test_traces_encoded_by_forked_writers_equal_traces_encoded_in_place(tmp_path, monkeypatch):
+    import orchestrator.simulator as simulator
+
+    simulate(TOPOLOGIES / "quick.yaml", tmp_path / "in_place")
+    forks = []
+    real_fork = os.fork
+
+    def counting_fork():
+        pid = real_fork()
+        if pid:
+            forks.append(pid)
+        return pid
+
+    monkeypatch.setattr(simulator.os, "fork", counting_fork)
+    monkeypatch.setattr(simulator.TraceSink.__init__, "__defaults__", (50,))  # many small chunks
+    simulate(TOPOLOGIES / "quick.yaml", tmp_path / "forked")
+    assert len(forks) > 10
+    assert trace_bytes(tmp_path / "in_place") == trace_bytes(tmp_path / "forked")
