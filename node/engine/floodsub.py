@@ -4,11 +4,10 @@ floodsub'); a seen cache stops the flood from looping."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 from node.engine.api import FLOODSUB_ID, OutputBuilder
-from node.engine.pubsub import PubSubRouter, Validator
+from node.engine.pubsub import PubSubRouter
 from node.wire import Message, PeerId
 
 
@@ -22,19 +21,9 @@ class FloodSubParams:
 
 
 class FloodSubRouter(PubSubRouter):
+    params: FloodSubParams
     protocol_id = FLOODSUB_ID
     supported_protocols = frozenset({FLOODSUB_ID})
-
-    def __init__(
-        self, peer_id: PeerId, rng: random.Random, params: FloodSubParams,
-        validator: Validator | None = None,
-    ) -> None:
-        params.check()
-        super().__init__(
-            peer_id, rng, seen_ttl=params.seen_ttl, heartbeat_interval=1.0,
-            heartbeat_initial_delay=1.0, validator=validator,
-        )
-        self.params = params
 
     def _forward(self, out: OutputBuilder, msg: Message, received_from: PeerId | None) -> None:
         excluded = self._excluded(msg, received_from)

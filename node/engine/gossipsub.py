@@ -65,6 +65,7 @@ class GossipSubParams:
 
 
 class GossipSubRouter(PubSubRouter):
+    params: GossipSubParams
     protocol_id = MESHSUB_ID
     supported_protocols = frozenset({MESHSUB_ID, FLOODSUB_ID})
 
@@ -72,13 +73,7 @@ class GossipSubRouter(PubSubRouter):
         self, peer_id: PeerId, rng: random.Random, params: GossipSubParams,
         validator: Validator | None = None,
     ) -> None:
-        params.check()
-        super().__init__(
-            peer_id, rng, seen_ttl=params.seen_ttl,
-            heartbeat_interval=params.heartbeat_interval,
-            heartbeat_initial_delay=params.heartbeat_initial_delay, validator=validator,
-        )
-        self.params = params
+        super().__init__(peer_id, rng, params, validator)
         self.mesh: dict[str, set[PeerId]] = {}
         self.fanout: dict[str, set[PeerId]] = {}
         self.last_published: dict[str, int] = {}

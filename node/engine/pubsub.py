@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from node.engine.api import NS, Output, OutputBuilder, TraceType
 from node.engine.caches import SeenCache
 from node.wire import Control, Message, PeerId, Rpc, seqno_bytes
 
 Validator = Callable[[Message], bool]
+
+
+class RouterParams(Protocol):
+    """What every router's parameter class has."""
+
+    seen_ttl: float
+
+    def check(self) -> None: ...
 
 
 def sample_sorted(rng: random.Random, peers: Iterable[PeerId], k: int) -> list[PeerId]:
@@ -35,24 +44,21 @@ class PubSubRouter:
     supported_protocols: frozenset[str] = frozenset()
 
     def __init__(
-        self,
-        peer_id: PeerId,
-        rng: random.Random,
-        *,
-        seen_ttl: float,
-        heartbeat_interval: float,
-        heartbeat_initial_delay: float,
-        validator: Validator | None = None,
+        self, peer_id: PeerId, rng: random.Random, params: RouterParams, validator: Validator | None = None,
     ) -> None:
+        """`params` are checked here; routers without a heartbeat interval of
+        their own tick once a second (their heartbeat does nothing)."""
+        params.check()
+        self.params = params
         self.peer_id = peer_id
         self.rng = rng
-        self.heartbeat_interval = round(heartbeat_interval * NS)
-        self.first_heartbeat = round(heartbeat_initial_delay * NS)
+        self.heartbeat_interval = round(getattr(params, "heartbeat_interval", 1.0) * NS)
+        self.first_heartbeat = round(getattr(params, "heartbeat_initial_delay", 1.0) * NS)
         self.validator = validator
         self.peers: dict[PeerId, str] = {}
         self.topics: dict[str, set[PeerId]] = {}
         self.subscriptions: set[str] = set()
-        self.seen = SeenCache(round(seen_ttl * NS))
+        self.seen = SeenCache(round(params.seen_ttl * NS))
         self._seqno = 0
 
     def topic_peers(self, topic: str, protocols: frozenset[str] | None = None) -> set[PeerId]:

@@ -4,11 +4,10 @@ No mesh, no control messages."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 from node.engine.api import FLOODSUB_ID, RANDOMSUB_ID, OutputBuilder
-from node.engine.pubsub import PubSubRouter, Validator, sample_sorted
+from node.engine.pubsub import PubSubRouter, sample_sorted
 from node.wire import Message, PeerId
 
 
@@ -25,19 +24,9 @@ class RandomSubParams:
 
 
 class RandomSubRouter(PubSubRouter):
+    params: RandomSubParams
     protocol_id = RANDOMSUB_ID
     supported_protocols = frozenset({RANDOMSUB_ID, FLOODSUB_ID})
-
-    def __init__(
-        self, peer_id: PeerId, rng: random.Random, params: RandomSubParams,
-        validator: Validator | None = None,
-    ) -> None:
-        params.check()
-        super().__init__(
-            peer_id, rng, seen_ttl=params.seen_ttl, heartbeat_interval=1.0,
-            heartbeat_initial_delay=1.0, validator=validator,
-        )
-        self.params = params
 
     def _forward(self, out: OutputBuilder, msg: Message, received_from: PeerId | None) -> None:
         candidates = self.topic_peers(msg.topic) - self._excluded(msg, received_from)
