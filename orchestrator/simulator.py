@@ -24,7 +24,7 @@ from pathlib import Path
 from node.engine import make_router
 from node.engine.api import NS, Output, Router, TraceEvent, TraceType
 from node.engine.registry import negotiate
-from node.traceenc import EventEncoder
+from node.tracefile import EventEncoder
 from node.wire import Message, PeerId, rpc_size, seqno_bytes
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed

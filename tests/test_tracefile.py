@@ -10,7 +10,7 @@ from engine_harness import Network
 from node.codec import FrameError, encode_frame
 from node.engine import TraceEvent, TraceType
 from node.proto import trace_pb2
-from node.tracefile import TraceWriter, read_trace, rpc_event, to_proto
+from node.tracefile import EventEncoder, TraceWriter, read_trace, rpc_event, to_proto
 from node.wire import Control, Graft, IHave, IWant, Message, Prune, Rpc, SubOpts, rpc_size, seqno_bytes
 
 # go-libp2p-pubsub pb/trace.proto
@@ -214,3 +214,40 @@ def test_engine_traces_read_back_consistently(tmp_path):
         assert sends == sum(1 for s in net.sent if s.src == name)
     published = [ev for ev in read_trace(tmp_path / "n0.pb") if ev.type == TraceType.PUBLISH_MESSAGE]
     assert [ev.publishMessage.messageID for ev in published] == [mid]
+
+
+def _every_kind_of_event() -> list[TraceEvent]:
+    msg = Message(b"n1", b"data", seqno_bytes(5), "blocks")
+    rpcs = [
+        Rpc((SubOpts(True, "blocks"), SubOpts(False, "other")), (msg,),
+            Control((IHave("blocks", (b"a", b"b")),), (IWant((b"c",)),), (Graft("blocks"),), (Prune("x"),))),
+        Rpc((), (msg,), None),
+        Rpc((), (msg, msg), None),
+        Rpc(),
+    ]
+    events = [TraceEvent(kind, 10**18 + i, peer=b"n2", rpc=rpc)
+              for i, rpc in enumerate(rpcs)
+              for kind in (TraceType.SEND_RPC, TraceType.RECV_RPC, TraceType.DROP_RPC)]
+    long_id, long_topic, long_peer = b"i" * 300, "t" * 200, b"p" * 150  # multi-byte lengths
+    events += [
+        TraceEvent(TraceType.DELIVER_MESSAGE, 5, message_id=long_id, topic="blocks", peer=b"n3"),
+        TraceEvent(TraceType.DELIVER_MESSAGE, 5, message_id=b"id", topic=long_topic, peer=long_peer),
+        TraceEvent(TraceType.DUPLICATE_MESSAGE, 2**40, message_id=long_id, topic=long_topic, peer=b"n3"),
+        TraceEvent(TraceType.DUPLICATE_MESSAGE, 0, message_id=b"id", topic="blocks", peer=long_peer),
+        TraceEvent(TraceType.PUBLISH_MESSAGE, 1, message_id=b"id", topic="blocks"),
+        TraceEvent(TraceType.REJECT_MESSAGE, 1, message_id=b"id", topic="blocks", peer=b"n3", reason="self-origin"),
+        TraceEvent(TraceType.ADD_PEER, 1, peer=b"n3", protocol="/meshsub/1.0.0"),
+        TraceEvent(TraceType.REMOVE_PEER, 1, peer=b"n3"),
+        TraceEvent(TraceType.JOIN, 1, topic="blocks"),
+        TraceEvent(TraceType.LEAVE, 1, topic="blocks"),
+        TraceEvent(TraceType.GRAFT, 1, peer=b"n3", topic="blocks"),
+        TraceEvent(TraceType.PRUNE, 1, peer=b"n3", topic="blocks"),
+    ]
+    return events
+
+
+def test_fast_encoder_writes_the_same_bytes_as_the_protobuf_library():
+    encoder = EventEncoder()
+    events = _every_kind_of_event()
+    for ev in events + events:  # the second pass hits every cache
+        assert encoder.encode(ev, b"self") == to_proto(ev, b"self").SerializeToString(), ev.type.name
