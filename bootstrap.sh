@@ -32,3 +32,12 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e '.[test]'
   touch "$stamp"
 fi
+
+# The router image for the Docker backend is built here, where set-up may
+# download (wheels from PyPI, a Debian base by debootstrap where no registry
+# answers), so that runs never do. Content-hashed: a no-op when up to date.
+if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+  .venv/bin/testbed image build
+else
+  echo "bootstrap: no reachable Docker daemon; the docker backend is unavailable (process and sim work)" >&2
+fi
