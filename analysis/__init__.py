@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from analysis.assertions import AssertionResult, check_assertions, junit_xml, parse_assertion
-from analysis.rundir import RunDir, open_run_dir
+from analysis.rundir import open_run_dir
 
 __all__ = [
     "AssertionResult",

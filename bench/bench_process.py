@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.controller import Controller, RichReporter  # noqa: E402
+from orchestrator.controller import Controller  # noqa: E402
+from orchestrator.progress import RichReporter  # noqa: E402
 from orchestrator.experiment.model import LinkParams, NodeSpec, Publish, ResolvedExperiment  # noqa: E402
 from orchestrator.state import StateStore  # noqa: E402
 

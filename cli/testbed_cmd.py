@@ -43,7 +43,7 @@ def _load(file: Path, seed: int | None, variant: str | None, out: Path | None, b
 
 
 def _backend(requested: str | None, quiet: bool) -> str:
-    from orchestrator.controller import BACKENDS, default_backend  # noqa: PLC0415
+    from orchestrator.backends import BACKENDS, default_backend  # noqa: PLC0415
 
     if requested is not None:
         if requested not in BACKENDS:
@@ -56,7 +56,7 @@ def _backend(requested: str | None, quiet: bool) -> str:
 
 
 def _reporter(quiet: bool):
-    from orchestrator.controller import Reporter, RichReporter  # noqa: PLC0415
+    from orchestrator.progress import Reporter, RichReporter  # noqa: PLC0415
 
     return Reporter() if quiet else RichReporter(err)
 

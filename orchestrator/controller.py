@@ -15,162 +15,42 @@
 `churn` and `down` are later CLI invocations that `attach` to it from the
 state directory. `testbed run` does everything in one go.
 
-Backends plug in by name (BACKENDS), imported lazily so a missing optional
-backend never breaks the others.
+Backends plug in by name (orchestrator/backends.py); node configurations are
+built in orchestrator/nodeconfigs.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import importlib.util
 import json
 import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from node.config import LinkShape, NodeConfig, PeerAddress
+from node.config import NodeConfig
 from node.runtime.client import ControlClient, ControlError
-from orchestrator.backend import Backend, NodeAddress, ShapingCapabilities
+from orchestrator.backend import Backend, ShapingCapabilities
+from orchestrator.backends import BACKENDS, backend_class, backend_exists
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
-from orchestrator.experiment.model import ChurnAction, LinkParams, Publish, ResolvedExperiment
+from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
+from orchestrator.nodeconfigs import build_configs, kernel_shape
+from orchestrator.progress import Reporter
 from orchestrator.rundir import default_run_dir
 from orchestrator.runinfo import RunWriter, host_facts
 from orchestrator.state import StateStore, check_name
 from orchestrator.version import tool_version
 
-BACKENDS: dict[str, str] = {
-    "process": "orchestrator.process_backend:ProcessBackend",
-    "docker": "orchestrator.docker_backend:DockerBackend",
-}
 INJECTOR = "injector"  # the `from` of injected messages, as in the simulator
 MESH_ROUTERS = {"gossipsub": "D_low", "meshsub": "D_low", "simsub": "N_low"}
 LAG_WARN_MS = 20.0
 POLL_S = 0.2
-
-
-# Backends by name
-
-def backend_class(name: str) -> type[Backend]:
-    target = BACKENDS.get(name)
-    if target is None:
-        raise InputError(f"unknown backend {name!r} (known: {', '.join(sorted(BACKENDS))})")
-    module, cls = target.split(":")
-    try:
-        return getattr(importlib.import_module(module), cls)
-    except (ImportError, AttributeError) as exc:
-        raise BackendUnavailable(f"the {name} backend is not available here: {exc}") from exc
-
-
-def backend_exists(name: str) -> bool:
-    target = BACKENDS.get(name)
-    return target is not None and importlib.util.find_spec(target.split(":")[0]) is not None
-
-
-def default_backend() -> tuple[str, str]:
-    """(backend, why): docker when its module exists and a daemon answers,
-    else process."""
-    if not backend_exists("docker"):
-        return "process", "the docker backend is not installed; using the process backend"
-    try:
-        from orchestrator.docker_util import docker_available  # noqa: PLC0415
-
-        ok, why = docker_available()
-    except Exception as exc:  # noqa: BLE001 - any failure means: no docker
-        ok, why = False, str(exc)
-    if ok:
-        return "docker", "a Docker daemon is reachable; using the docker backend"
-    return "process", f"no Docker daemon ({why}); using the process backend"
-
-
-# Progress
-
-class Reporter:
-    """Progress for long steps; the CLI passes a rich one."""
-
-    @contextlib.contextmanager
-    def phase(self, description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
-        yield lambda n=1: None
-
-    def note(self, message: str) -> None:
-        pass
-
-
-class RichReporter(Reporter):
-    def __init__(self, console: Any) -> None:
-        self.console = console
-
-    @contextlib.contextmanager
-    def phase(self, description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn  # noqa: PLC0415
-
-        columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-        with Progress(*columns, console=self.console, transient=True) as progress:
-            task = progress.add_task(description, total=total)
-            yield lambda n=1: progress.advance(task, n)
-        self.console.print(f"[green]✓[/] {description}")
-
-    def note(self, message: str) -> None:
-        self.console.print(message)
-
-
-# Plans
-
-def neighbours_of(resolved: ResolvedExperiment) -> dict[str, list[str]]:
-    out: dict[str, set[str]] = {n.name: set() for n in resolved.nodes}
-    for a, b in resolved.edges:
-        if a != b:
-            out[a].add(b)
-            out[b].add(a)
-    return {k: sorted(v) for k, v in out.items()}
-
-
-def user_shape(link: LinkParams, caps: ShapingCapabilities) -> LinkShape:
-    """The part of a link the node shapes itself: what the kernel cannot."""
-    if caps.kernel_delay:
-        return LinkShape()
-    return LinkShape(delay_ms=link.latency_ms, jitter_ms=link.jitter_ms, loss=link.loss)
-
-
-def kernel_shape(link: LinkParams) -> LinkShape:
-    return LinkShape(delay_ms=link.latency_ms, jitter_ms=link.jitter_ms, loss=link.loss)
-
-
-def build_configs(
-    resolved: ResolvedExperiment, addresses: dict[str, NodeAddress], caps: ShapingCapabilities,
-    token: str, run_dir: Path,
-) -> dict[str, NodeConfig]:
-    """Every node's NodeConfig. Each overlay edge is dialled by its lower
-    name (the same side the simultaneous-dial rule keeps); trace and lag files
-    go straight into the run directory (a backend that runs nodes elsewhere
-    rewrites these paths)."""
-    neighbours = neighbours_of(resolved)
-    configs = {}
-    for spec in resolved.nodes:
-        me = spec.name
-        addr = addresses[me]
-        dial = [p for p in neighbours[me] if me < p]
-        configs[me] = NodeConfig(
-            name=me, router=spec.router, seed=spec.seed,
-            listen_host=addr.host, listen_port=addr.port,
-            control_host=addr.control_host, control_port=addr.control_port,
-            token=token, trace_path=str(run_dir / "traces" / f"{me}.pb"),
-            params=dict(spec.params), topics=tuple(spec.topics),
-            initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port) for p in dial),
-            shaping={p: user_shape(resolved.link(me, p), caps) for p in neighbours[me]},
-            default_shape=user_shape(resolved.default_link, caps),
-            uplink_bps=None if caps.kernel_rate else spec.uplink_bps,
-            lag_path=str(run_dir / "node-logs" / f"{me}.lag.json"),
-        )
-    return configs
 
 
 @dataclass
@@ -259,7 +139,7 @@ class Controller:
         if len(set(names)) != len(names) or INJECTOR in names:
             raise InputError("node names must be unique and must not be 'injector'")
         token = secrets.token_hex(16)
-        neighbours = neighbours_of(resolved)
+        neighbours = resolved.neighbours()
         nodes = {
             s.name: NodeState(s.name, s.router, list(s.topics), s.seed, neighbours[s.name],
                               mesh_low(s.router, dict(s.params)))
@@ -378,7 +258,7 @@ class Controller:
                     self._start_node(name, first=True)
                     advance(1)
         if self.caps.kernel_delay or self.caps.kernel_rate:
-            neighbours = neighbours_of(resolved)
+            neighbours = resolved.neighbours()
             for name in names:
                 per_peer = (
                     {p: kernel_shape(resolved.link(name, p)) for p in neighbours[name]}

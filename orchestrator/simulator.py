@@ -182,14 +182,11 @@ class Simulator:
         self.rng = random.Random(f"sim-network-{resolved.seed}")
         self.sink = TraceSink(trace_dir)
         self.stats = SimStats(nodes=len(resolved.nodes))
-        neighbours: dict[str, list[str]] = {n.name: [] for n in resolved.nodes}
-        for a, b in resolved.edges:
-            neighbours[a].append(b)
-            neighbours[b].append(a)
+        neighbours = resolved.neighbours()
         self.nodes: dict[str, SimNode] = {
             n.name: SimNode(
                 n.name, n.name.encode(), n.router, dict(n.params), n.seed, set(n.topics),
-                tuple(sorted(neighbours[n.name])), n.uplink_bps,
+                tuple(neighbours[n.name]), n.uplink_bps,
             )
             for n in resolved.nodes
         }

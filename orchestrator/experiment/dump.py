@@ -181,7 +181,6 @@ def dump_dict(d: dict[str, Any]) -> str:
 def resolved_to_yaml(resolved: ResolvedExperiment, experiment: Experiment | None = None) -> str:
     """experiment.resolved.yaml for `resolved`. Without `experiment`, the
     source file (resolved.source) is loaded again."""
-    from pathlib import Path
 
     exp = experiment if experiment is not None else _experiment_of(resolved)
     steady_until = None

@@ -105,6 +105,15 @@ class ResolvedExperiment:
                 return spec
         raise KeyError(name)
 
+    def neighbours(self) -> dict[str, list[str]]:
+        """Each node's overlay neighbours, sorted."""
+        out: dict[str, set[str]] = {n.name: set() for n in self.nodes}
+        for a, b in self.edges:
+            if a != b:
+                out[a].add(b)
+                out[b].add(a)
+        return {name: sorted(peers) for name, peers in out.items()}
+
     def link(self, a: str, b: str) -> LinkParams:
         """The parameters of the a-b link (either order), for any pair: overlay
         edges from `links`, other pairs (nodes that connect later, e.g. fanout

@@ -1,0 +1,49 @@
+"""What each router daemon is told at start (NodeConfig), from the resolved
+experiment, the addresses the backend allocated and what its kernel can
+shape: the node shapes in user space whatever the kernel cannot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from node.config import LinkShape, NodeConfig, PeerAddress
+from orchestrator.backend import NodeAddress, ShapingCapabilities
+from orchestrator.experiment.model import LinkParams, ResolvedExperiment
+
+
+def kernel_shape(link: LinkParams) -> LinkShape:
+    return LinkShape(delay_ms=link.latency_ms, jitter_ms=link.jitter_ms, loss=link.loss)
+
+
+def user_shape(link: LinkParams, caps: ShapingCapabilities) -> LinkShape:
+    """The part of a link the node shapes itself: what the kernel cannot."""
+    return LinkShape() if caps.kernel_delay else kernel_shape(link)
+
+
+def build_configs(
+    resolved: ResolvedExperiment, addresses: dict[str, NodeAddress], caps: ShapingCapabilities,
+    token: str, run_dir: Path,
+) -> dict[str, NodeConfig]:
+    """Every node's NodeConfig. Each overlay edge is dialled by its lower
+    name (the same side the simultaneous-dial rule keeps); trace and lag files
+    go straight into the run directory (a backend that runs nodes elsewhere
+    rewrites these paths)."""
+    neighbours = resolved.neighbours()
+    configs = {}
+    for spec in resolved.nodes:
+        me = spec.name
+        addr = addresses[me]
+        dial = [p for p in neighbours[me] if me < p]
+        configs[me] = NodeConfig(
+            name=me, router=spec.router, seed=spec.seed,
+            listen_host=addr.host, listen_port=addr.port,
+            control_host=addr.control_host, control_port=addr.control_port,
+            token=token, trace_path=str(run_dir / "traces" / f"{me}.pb"),
+            params=dict(spec.params), topics=tuple(spec.topics),
+            initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port) for p in dial),
+            shaping={p: user_shape(resolved.link(me, p), caps) for p in neighbours[me]},
+            default_shape=user_shape(resolved.default_link, caps),
+            uplink_bps=None if caps.kernel_rate else spec.uplink_bps,
+            lag_path=str(run_dir / "node-logs" / f"{me}.lag.json"),
+        )
+    return configs
