@@ -10,9 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 
-import cli.main
+from cli_helpers import run_cli
 
 TESTBED = Path(sys.executable).with_name("testbed")
 
@@ -35,17 +34,10 @@ workload:
 def run_validate(tmp_path: Path, text: str, capsys, *extra: str) -> tuple[int, str, Path]:
     path = tmp_path / "exp.yaml"
     path.write_text(textwrap.dedent(text))
-    old = sys.argv
-    sys.argv = ["testbed", "validate", str(path), *extra]
-    try:
-        with pytest.raises(SystemExit) as exc:
-            cli.main.main()
-            raise SystemExit(0)
-    finally:
-        sys.argv = old
+    code = run_cli("validate", str(path), *extra)
     err = capsys.readouterr().err
     # rich wraps long lines at the console width; the message is one logical line
-    return exc.value.code, " ".join(err.split()), path
+    return code, " ".join(err.split()), path
 
 
 def assert_error(tmp_path, capsys, text: str, line: int, field: str, *words: str) -> str:
@@ -72,15 +64,7 @@ def test_real_console_script_exits_2_with_file_line_and_field(tmp_path):
 def test_valid_file_exits_0_and_prints_summary(tmp_path, capsys):
     path = tmp_path / "ok.yaml"
     path.write_text(BASE)
-    old = sys.argv
-    sys.argv = ["testbed", "validate", str(path), "--json"]
-    try:
-        with pytest.raises(SystemExit) as exc:
-            cli.main.main()
-            raise SystemExit(0)
-    finally:
-        sys.argv = old
-    assert exc.value.code in (0, None)
+    assert run_cli("validate", str(path), "--json") == 0
     out = capsys.readouterr().out
     assert '"nodes": 10' in out and '"messages": 5' in out
 
@@ -236,29 +220,14 @@ def test_duplicate_key(tmp_path, capsys):
 
 
 def test_missing_file(tmp_path, capsys):
-    old = sys.argv
-    sys.argv = ["testbed", "validate", str(tmp_path / "nope.yaml")]
-    try:
-        with pytest.raises(SystemExit) as exc:
-            cli.main.main()
-    finally:
-        sys.argv = old
-    assert exc.value.code == 2
+    assert run_cli("validate", str(tmp_path / "nope.yaml")) == 2
     assert "no such file" in capsys.readouterr().err
 
 
 def test_schema_command_prints_json(capsys):
     import json
 
-    old = sys.argv
-    sys.argv = ["testbed", "schema"]
-    try:
-        with pytest.raises(SystemExit) as exc:
-            cli.main.main()
-            raise SystemExit(0)
-    finally:
-        sys.argv = old
-    assert exc.value.code in (0, None)
+    assert run_cli("schema") == 0
     schema = json.loads(capsys.readouterr().out)
     assert schema["properties"]["overlay"]["properties"]["type"]["enum"] == [
         "random", "random_regular", "explicit", "full",

@@ -8,14 +8,13 @@ InputError with file:line: field.path, and `testbed validate` exits 2."""
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
-import cli.main
+from cli_helpers import run_cli
 from orchestrator.experiment import spec
 from orchestrator.experiment.spec import experiment_json_schema, load_experiment, parse_experiment, resolved_to_yaml
 
@@ -262,18 +261,6 @@ def test_the_shipped_comparison_file():
     assert len(rf.publishes) == 40 and rf.publishes[1].at - rf.publishes[0].at == pytest.approx(0.25)
     assert 2 <= len({p.publisher for p in rf.publishes}) <= 8
     assert [e.text for e in rf.expectations] == [e.text for e in rg.expectations] == ["delivery_ratio >= 0.99"]
-
-
-def run_cli(*argv: str) -> int:
-    old = sys.argv
-    sys.argv = ["testbed", *argv]
-    try:
-        with pytest.raises(SystemExit) as exc:
-            cli.main.main()
-            raise SystemExit(0)
-    finally:
-        sys.argv = old
-    return exc.value.code
 
 
 def test_validate_shows_the_variants(capsys):
