@@ -19,7 +19,7 @@ from node.codec import FrameDecoder, FrameError
 from node.codec import encode_uvarint as _uv
 from node.engine.api import TraceEvent, TraceType
 from node.proto import trace_pb2
-from node.wire import Message, PeerId, Rpc, rpc_size
+from node.wire import PeerId, Rpc, rpc_size
 
 PB = trace_pb2.TraceEvent
 TRACE_SUFFIX = ".pb"
@@ -121,20 +121,10 @@ class EventEncoder:
     never reused while cached)."""
 
     def __init__(self) -> None:
-        self._by_rpc: dict[int, tuple[Rpc, bytes]] = {}
-        self._by_message: dict[int, tuple[Message, bytes]] = {}
+        self._by_rpc: dict[int, tuple[object, bytes]] = {}
+        self._by_message: dict[int, tuple[object, bytes]] = {}
         self._heads: dict[bytes, bytes] = {}
         self._last_timestamp = (-1, b"")
-
-    def _meta_of_forward(self, rpc: Rpc) -> bytes:
-        """The meta+size fields of an RPC that only forwards one message."""
-        msg = rpc.publish[0]
-        entry = self._by_message.get(id(msg))
-        if entry is None or entry[0] is not msg:
-            if len(self._by_message) >= _CACHE_LIMIT:
-                self._by_message.clear()
-            entry = self._by_message[id(msg)] = (msg, self._meta_bytes(rpc))
-        return entry[1]
 
     @staticmethod
     def _meta_bytes(rpc: Rpc) -> bytes:
@@ -142,13 +132,20 @@ class EventEncoder:
         return b"\x12" + _uv(len(meta)) + meta + b"\xa0\x06" + _uv(rpc_size(rpc))
 
     def _meta_field(self, rpc: Rpc) -> bytes:
+        """The meta and size fields of an RPC event's body: kept per forwarded
+        message for an RPC that only forwards one, else per RPC."""
         if len(rpc.publish) == 1 and not rpc.subscriptions and rpc.control is None:
-            return self._meta_of_forward(rpc)
-        entry = self._by_rpc.get(id(rpc))
-        if entry is None or entry[0] is not rpc:
-            if len(self._by_rpc) >= _CACHE_LIMIT:
-                self._by_rpc.clear()
-            entry = self._by_rpc[id(rpc)] = (rpc, self._meta_bytes(rpc))
+            return self._cached(self._by_message, rpc.publish[0], rpc)
+        return self._cached(self._by_rpc, rpc, rpc)
+
+    def _cached(self, cache: dict[int, tuple[object, bytes]], owner: object, rpc: Rpc) -> bytes:
+        """Keyed by the identity of `owner`; holding `owner` keeps its id from
+        being reused while the entry lives."""
+        entry = cache.get(id(owner))
+        if entry is None or entry[0] is not owner:
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            entry = cache[id(owner)] = (owner, self._meta_bytes(rpc))
         return entry[1]
 
     def _head(self, type_: int, self_id: bytes, timestamp: int) -> bytes:
