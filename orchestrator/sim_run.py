@@ -26,11 +26,15 @@ class SimResult:
 
 
 def percentile(sorted_values: list[int], q: float) -> float | None:
-    """Nearest-rank percentile of an ascending list; None when empty."""
+    """The q-th percentile of an ascending list, interpolated linearly between
+    the closest ranks: the definition Spark's `percentile` uses, so the
+    simulator's summary agrees with `testbed analyze`. None when empty."""
     if not sorted_values:
         return None
-    rank = max(math.ceil(q / 100 * len(sorted_values)), 1)
-    return sorted_values[rank - 1]
+    pos = q / 100 * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 def summarize(stats: SimStats, wall_s: float, sim_s: float) -> dict[str, Any]:
