@@ -5,7 +5,11 @@ TestbedError into one clear message and its exit code."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import tempfile
+import traceback
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -52,24 +56,38 @@ for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
-def main() -> None:
+def _internal_error(exc: BaseException) -> int:
+    """An error no input should cause: one line on stderr, the traceback in a
+    log file the user can attach to a bug report; exit 70 (EX_SOFTWARE)."""
+    log = Path(tempfile.gettempdir()) / f"testbed-crash-{os.getpid()}.log"
     try:
-        app(standalone_mode=False)
+        log.write_text("".join(traceback.format_exception(exc)))
+        where = f" (traceback in {log})"
+    except OSError:
+        where = ""
+    err_console.print(f"[bold red]internal error:[/] {escape(type(exc).__name__)}: {escape(str(exc))}{where}",
+                      soft_wrap=True)
+    return 70
+
+
+def main() -> None:
+    """Run the CLI and exit with the status the command decided. With
+    standalone_mode=False click *returns* the code of `typer.Exit(n)` rather
+    than raising it, so the return value is the exit status."""
+    try:
+        code = app(standalone_mode=False)
     except TestbedError as exc:
         err_console.print("[bold red]error:[/]", escape(str(exc)), soft_wrap=True)
-        sys.exit(exc.exit_code)
+        code = exc.exit_code
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
+        code = exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
         err_console.print("aborted")
-        sys.exit(130)
-    except Exception as exc:  # click's usage errors carry their own exit code
-        code = getattr(exc, "exit_code", None)
-        if code is None:
-            raise
-        show = getattr(exc, "show", None)
-        if show is not None:
-            show()
+        code = 130
+    except Exception as exc:  # noqa: BLE001 - the one place that turns a bug into a line and a log
+        if isinstance(getattr(exc, "exit_code", None), int) and hasattr(exc, "show"):
+            exc.show()  # a usage error (typer's vendored click) with its own exit code
+            code = exc.exit_code
         else:
-            err_console.print("[bold red]error:[/]", escape(str(exc)), soft_wrap=True)
-        sys.exit(code)
+            code = _internal_error(exc)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -3,7 +3,8 @@ the runs of a file (one, or one per variant, each in its own run directory
 under a common parent), and afterwards analysing each run, writing its
 report.html (plus a side-by-side comparison for variants), checking the
 experiment's expectations and exiting 1 when one fails. A machine without Java
-keeps its run directories; analysis is skipped with a clear warning."""
+keeps its run directories; analysis is skipped with a clear warning, or, when
+the experiment has expectations that could not be checked, exits 3."""
 
 from __future__ import annotations
 
@@ -80,6 +81,9 @@ def finish_runs(plan: Plan, as_json: bool = False, spark_master: str | None = No
             with err.status("writing the comparison report", spinner="dots"):
                 reports.append(str(write_report(run_dirs, plan.comparison_dir / "report.html", spark_master)))
     except BackendUnavailable as exc:
+        if any(r.resolved.expectations for r in plan.runs):
+            # An expectation that could not be checked must never read as a pass.
+            raise BackendUnavailable(f"the expectations could not be checked: {exc}") from exc
         err.print(f"[bold yellow]warning:[/] analysis skipped: {exc}")
         return
     failed = [r for rs in results.values() for r in rs if not r["passed"]]
