@@ -61,3 +61,12 @@ if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
 else
   echo "bootstrap: no reachable Docker daemon; the docker backend is unavailable (process and sim work)" >&2
 fi
+
+# What this host can do, and the command that fixes each missing piece. It
+# informs and never fails set-up: exit 1 (the demo cannot run yet) is reported
+# in its own table; anything else is said here.
+status=0
+.venv/bin/testbed doctor || status=$?
+if [ "$status" -gt 1 ]; then
+  echo "bootstrap: testbed doctor could not finish (exit $status)" >&2
+fi
