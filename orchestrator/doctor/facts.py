@@ -100,7 +100,7 @@ class HostFacts:
 
 
 def first_line(text: str | None) -> str | None:
-    """`cargo 1.95.0 (f2d3ce0bd 2026-03-21)` from `cargo --version`."""
+    """The first non-empty line of a command's output."""
     lines = (text or "").strip().splitlines()
     return lines[0].strip() if lines else None
 
