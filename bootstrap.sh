@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up everything gossip-testbed needs on a fresh Debian/Ubuntu machine, idempotently:
 # system packages (iproute2, debootstrap, Java for Spark, Chromium for the report test)
-# when run as root, a virtualenv in .venv with the project and its test extras.
+# when run as root, a virtualenv in .venv with exactly the versions in requirements.lock
+# and the project itself, the router image when Docker answers; then `testbed doctor`
+# says what this host can do.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -26,11 +28,29 @@ py=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
+# Exactly the locked versions (requirements.lock, made by scripts/lock.sh),
+# re-installed whenever the lock or pyproject.toml changes: the stamp holds
+# their hash.
 stamp=.venv/.installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
-  touch "$stamp"
+want=$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "bootstrap: installing requirements.lock into .venv" >&2
+  .venv/bin/python -m pip install -q --require-hashes -r requirements.lock
+  # What an older lock brought and this one no longer has goes, so .venv is the lock.
+  names() { sed -E 's/[ =;@].*//' | tr 'A-Z_.' 'a-z--' | sort -u; }
+  stale=$(comm -23 <(.venv/bin/python -m pip freeze --all --exclude-editable | names) \
+                   <(grep -E '^[A-Za-z0-9]' requirements.lock | names))
+  if [ -n "$stale" ]; then
+    # shellcheck disable=SC2086 # one package name per word
+    .venv/bin/python -m pip uninstall -q -y $stale
+  fi
+  .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+  if ! problems=$(.venv/bin/python -m pip check); then
+    echo "$problems" >&2
+    echo "bootstrap: requirements.lock does not satisfy pyproject.toml; refresh it with scripts/lock.sh" >&2
+    exit 1
+  fi
+  echo "$want" >"$stamp"
 fi
 
 # The router image for the Docker backend is built here, where set-up may
@@ -40,4 +60,13 @@ if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
   .venv/bin/testbed image build
 else
   echo "bootstrap: no reachable Docker daemon; the docker backend is unavailable (process and sim work)" >&2
+fi
+
+# What this host can do, and the command that fixes each missing piece. It
+# informs and never fails set-up: exit 1 (the demo cannot run yet) is reported
+# in its own table; anything else is said here.
+status=0
+.venv/bin/testbed doctor || status=$?
+if [ "$status" -gt 1 ]; then
+  echo "bootstrap: testbed doctor could not finish (exit $status)" >&2
 fi

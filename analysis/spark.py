@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from orchestrator.errors import BackendUnavailable
@@ -138,3 +139,13 @@ def stop_spark() -> None:
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
+
+
+def start_seconds() -> float:
+    """Seconds from no session to one that has run a job, then stopped: what a
+    small analysis pays before its first metric (`testbed doctor --spark`)."""
+    started = time.monotonic()
+    get_spark(small=True).range(1).count()
+    elapsed = time.monotonic() - started
+    stop_spark()
+    return elapsed

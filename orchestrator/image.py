@@ -110,8 +110,7 @@ def build_image(base: str = "auto", progress: Progress = None, client: Any = Non
         with _lock("image"):
             base_ref, base_id = _resolve_base(client, base, progress)
             deps = runtime_requirements()
-            dockerfile = DOCKERFILE.format(base=base_id, base_ref=base_ref)
-            tag = f"{IMAGE_REPO}:{_content_hash(dockerfile, base_id, deps)}"
+            dockerfile, tag = _dockerfile_and_tag(base_ref, base_id, deps)
             existing = _image_or_none(client, tag)
             if existing is not None:
                 say(progress, f"image {tag} is up to date")
@@ -124,6 +123,31 @@ def build_image(base: str = "auto", progress: Progress = None, client: Any = Non
     finally:
         if own:
             client.close()
+
+
+@dataclass(frozen=True)
+class ImageStatus:
+    """The router image as `testbed up` would find it, learnt without building
+    or pulling anything."""
+
+    base: str | None  # the base a build would use now; None: none is present locally
+    tag: str | None  # the tag an up-to-date image has on that base
+    present: bool  # that tag exists: `testbed up` starts at once
+    others: tuple[str, ...]  # other router images here (older node/ or pins)
+
+
+def image_status(client: Any) -> ImageStatus:
+    others = tuple(sorted(t for image in client.images.list(IMAGE_REPO) for t in image.tags))
+    local = _local_base(client, "auto")
+    if local is None:
+        return ImageStatus(None, None, False, others)
+    _, tag = _dockerfile_and_tag(*local, runtime_requirements())
+    return ImageStatus(local[0], tag, tag in others, tuple(t for t in others if t != tag))
+
+
+def _dockerfile_and_tag(base_ref: str, base_id: str, deps: tuple[str, ...]) -> tuple[str, str]:
+    dockerfile = DOCKERFILE.format(base=base_id, base_ref=base_ref)
+    return dockerfile, f"{IMAGE_REPO}:{_content_hash(dockerfile, base_id, deps)}"
 
 
 def list_images(client: Any = None) -> list[dict[str, Any]]:
@@ -336,17 +360,12 @@ def debootstrap_base_tag() -> str:
 
 def _resolve_base(client: Any, base: str, progress: Progress) -> tuple[str, str]:
     """(reference, image id) of the base to build on."""
+    local = _local_base(client, base)
+    if local is not None:
+        return local
     tried: list[str] = []
     if base in ("auto", SLIM):
-        image = _image_or_none(client, SLIM)
-        if image is not None:
-            return SLIM, image.id
         tried.append(f"{SLIM} is not present locally")
-    if base in ("auto", "debootstrap"):
-        image = _image_or_none(client, debootstrap_base_tag())
-        if image is not None:
-            return debootstrap_base_tag(), image.id
-    if base in ("auto", SLIM):
         say(progress, f"pulling {SLIM} (timeout {PULL_TIMEOUT_S:.0f}s)")
         ok, why = _pull_with_timeout(SLIM, PULL_TIMEOUT_S)
         if ok:
@@ -364,6 +383,18 @@ def _resolve_base(client: Any, base: str, progress: Progress) -> tuple[str, str]
         raise BackendUnavailable(
             "cannot get a base image for the router image: " + "; ".join(tried)
         ) from exc
+
+
+def _local_base(client: Any, base: str) -> tuple[str, str] | None:
+    """(reference, image id) of a base already present: python:3.11-slim
+    first, then our debootstrapped one."""
+    candidates = ([SLIM] if base in ("auto", SLIM) else []) + (
+        [debootstrap_base_tag()] if base in ("auto", "debootstrap") else [])
+    for ref in candidates:
+        image = _image_or_none(client, ref)
+        if image is not None:
+            return ref, image.id
+    return None
 
 
 def _pull_with_timeout(ref: str, timeout: float) -> tuple[bool, str]:

@@ -172,16 +172,19 @@ def partition_commands(peers_ips: Sequence[str], *, add: bool = True) -> list[Ar
 
 @dataclass(frozen=True)
 class NetemProbe:
-    """Whether netem (and htb) qdiscs can be created here, and how we know."""
+    """Whether netem, htb and tbf qdiscs can be created here, and how we know
+    (method "netns": tried for real, which needs root; "config": read from the
+    kernel config; "none": could not tell)."""
 
     netem: bool | None  # None: could not tell
     htb: bool | None
+    tbf: bool | None
     method: str
     detail: str
 
 
 def probe_kernel(config_gz: Path = Path("/proc/config.gz")) -> NetemProbe:
-    """Try `tc qdisc add dev lo root netem delay 1ms` (and htb) in a throwaway
+    """Try `tc qdisc add dev lo root netem delay 1ms` (and htb, tbf) in a throwaway
     network namespace (`unshare -n`, needs root); fall back to the kernel
     config when that cannot run."""
     unshare, tc = shutil.which("unshare"), shutil.which("tc")
@@ -189,12 +192,14 @@ def probe_kernel(config_gz: Path = Path("/proc/config.gz")) -> NetemProbe:
         try:
             netem = _try_in_netns(unshare, [tc, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"])
             htb = _try_in_netns(unshare, [tc, "qdisc", "add", "dev", "lo", "root", "htb", "default", "1"])
+            tbf = _try_in_netns(unshare, [tc, "qdisc", "add", "dev", "lo", "root", "tbf",
+                                          "rate", "1mbit", "burst", "32kb", "latency", "50ms"])
         except OSError as exc:
-            netem = htb = (None, str(exc))
-        if netem[0] is not None and htb[0] is not None:
+            netem = htb = tbf = (None, str(exc))
+        if netem[0] is not None and htb[0] is not None and tbf[0] is not None:
             detail = "tc qdisc add ... netem in a throwaway netns: " + (
                 "ok" if netem[0] else f"failed ({netem[1]})")
-            return NetemProbe(netem[0], htb[0], "netns", detail)
+            return NetemProbe(netem[0], htb[0], tbf[0], "netns", detail)
     return _probe_config(config_gz)
 
 
@@ -212,11 +217,11 @@ def _probe_config(config_gz: Path) -> NetemProbe:
     try:
         text = gzip.decompress(config_gz.read_bytes()).decode(errors="replace")
     except OSError as exc:
-        return NetemProbe(None, None, "none", f"cannot probe: no netns (not root?) and {config_gz}: {exc}")
+        return NetemProbe(None, None, None, "none", f"cannot probe: no netns (not root?) and {config_gz}: {exc}")
 
     def state(option: str) -> bool:
         return f"{option}=y" in text or f"{option}=m" in text
 
-    netem, htb = state("CONFIG_NET_SCH_NETEM"), state("CONFIG_NET_SCH_HTB")
-    return NetemProbe(netem, htb, "config",
+    netem, htb, tbf = state("CONFIG_NET_SCH_NETEM"), state("CONFIG_NET_SCH_HTB"), state("CONFIG_NET_SCH_TBF")
+    return NetemProbe(netem, htb, tbf, "config",
                       f"{config_gz}: CONFIG_NET_SCH_NETEM {'set' if netem else 'unset'}")

@@ -129,15 +129,16 @@ def test_probe_result_shape():
     probe = tc.probe_kernel()
     assert probe.netem in (True, False, None)
     assert probe.htb in (True, False, None)
+    assert probe.tbf in (True, False, None)
     assert probe.method in ("netns", "config", "none")
     assert probe.detail
 
 
 def test_probe_from_kernel_config(tmp_path):
     cfg = tmp_path / "config.gz"
-    cfg.write_bytes(gzip.compress(b"CONFIG_NET_SCH_HTB=y\n# CONFIG_NET_SCH_NETEM is not set\n"))
+    cfg.write_bytes(gzip.compress(b"CONFIG_NET_SCH_HTB=y\n# CONFIG_NET_SCH_NETEM is not set\nCONFIG_NET_SCH_TBF=m\n"))
     probe = tc._probe_config(cfg)
-    assert (probe.netem, probe.htb, probe.method) == (False, True, "config")
+    assert (probe.netem, probe.htb, probe.tbf, probe.method) == (False, True, True, "config")
     assert "unset" in probe.detail
     cfg.write_bytes(gzip.compress(b"CONFIG_NET_SCH_HTB=y\nCONFIG_NET_SCH_NETEM=m\n"))
     assert tc._probe_config(cfg).netem is True
