@@ -1,17 +1,24 @@
 """Runs orchestrator/tc.py's egress program under Debian's stock kernel in a
 KVM guest and measures what the kernel really does with it.
 
-Inside the guest, network namespaces hang off one bridge: node `a`, four
-destinations and the bridge's own address as the exempt gateway (as docker's
-gateway is). Node `a`'s eth0 gets exactly the commands `tc.egress_commands`
-returns for per-destination shapes, a default shape and an uplink; the
-destinations answer unshaped, so a ping's RTT is the configured one-way delay
-and a ping's loss is the configured loss. Then, per destination:
+Inside the guest, network namespaces hang off one bridge, whose own address
+is the exempt gateway (as docker's is). Three senders get exactly the
+commands `tc.egress_commands` returns for them:
 
-- RTT and loss: 1,000 pings, 10 ms apart (iputils);
+- a, the netem path: per-destination shapes for b, c and d, a default shape
+  (for e) and an uplink;
+- r, the "userspace+htb" path (netem=False): only b's rate reaches the kernel;
+- t, only an uplink: a single tbf.
+
+Destinations answer unshaped, so a ping's RTT is the one-way delay the
+kernel applies and a ping's loss is the loss it applies. Per link:
+
+- RTT and loss: 1,000 pings, 10 ms apart (iputils), all links at once;
 - rate: iperf3 offers UDP at 1.2x the configured rate; the destination's
-  eth0 rx_bytes over a 3 s window in the middle of the stream is the rate,
-  counted in the bytes htb counts (Ethernet frames).
+  eth0 rx_bytes over a 2.5 s window inside the stream is the rate, counted
+  in the bytes htb and tbf count (Ethernet frames);
+- a's uplink: a sends to b, c, d and e at once, each at 1.2x its own cap;
+  the sum of their rates is what the uplink lets through.
 
 The guest reports on its serial console between `@@begin KIND NAME` and
 `@@end` lines; `run()` parses them into `Measured` rows.
@@ -33,15 +40,22 @@ from tests.kvm.cpio import CpioWriter
 from tests.kvm.guest import QEMU, Guest
 
 SUBNET = "10.0.0.0/24"
-NODE = ("a", "10.0.0.1")
-GATEWAY = "10.0.0.254"
+GATEWAY = "10.0.0.254"  # the bridge's own address: exempt, as docker's gateway is
+HOSTS = {"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3", "d": "10.0.0.4", "e": "10.0.0.5",
+         "r": "10.0.0.11", "t": "10.0.0.12"}
+# Sender a, the netem path: three destinations with their own shapes, every
+# other one (e) with the default shape, all under an uplink.
 PER_DEST = {
-    "b": ("10.0.0.2", LinkShape(delay_ms=10, rate_bps=2_000_000)),
-    "c": ("10.0.0.3", LinkShape(delay_ms=25, jitter_ms=5, loss=0.03, rate_bps=1_000_000)),
-    "d": ("10.0.0.4", LinkShape(delay_ms=40, jitter_ms=2, loss=0.01, rate_bps=3_000_000)),
+    "b": LinkShape(delay_ms=10, rate_bps=2_000_000),
+    "c": LinkShape(delay_ms=25, jitter_ms=5, loss=0.03, rate_bps=1_000_000),
+    "d": LinkShape(delay_ms=40, jitter_ms=2, loss=0.01, rate_bps=3_000_000),
 }
-DEFAULT = ("e", "10.0.0.5", LinkShape(delay_ms=5, jitter_ms=1, loss=0.02))
-UPLINK_BPS = 5_000_000
+DEFAULT = LinkShape(delay_ms=5, jitter_ms=1, loss=0.02)
+UPLINK_BPS = 8_000_000  # above b+c+d's rates, below their sum with e's
+# Sender r, the "userspace+htb" path: the kernel gets the rate only.
+RATE_ONLY = LinkShape(delay_ms=10, loss=0.05, rate_bps=1_500_000)
+# Sender t: only an uplink, which tc.py turns into one tbf.
+TBF_UPLINK_BPS = 2_500_000
 PROBES = 1000
 PROBE_INTERVAL_S = 0.01
 OFFERED = 1.2  # offered load / configured rate
@@ -52,16 +66,24 @@ BOOT_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
-class Destination:
-    name: str
+class Link:
+    """One sender -> destination pair and what the kernel should do to it."""
+
+    sender: str
+    dest: str
     ip: str
-    shape: LinkShape  # what a's egress towards it is configured with
-    rate_bps: int | None  # the rate its htb class allows (None: unlimited)
+    expect: LinkShape  # the delay/jitter/loss the kernel should apply
+    rate_bps: int | None  # the rate it should allow (None: not measured)
+    phase: int  # rate measurements in the same phase run together
+
+    @property
+    def name(self) -> str:
+        return f"{self.sender}-{self.dest}"
 
 
 @dataclass(frozen=True)
 class Measured:
-    destination: Destination
+    link: Link
     sent: int
     received: int
     rtt_median_ms: float
@@ -77,37 +99,40 @@ class Measured:
 @dataclass(frozen=True)
 class Result:
     rows: tuple[Measured, ...]
-    tc_program: tuple[str, ...]
+    programs: dict[str, tuple[str, ...]]  # sender -> its tc command lines
     tc_failures: tuple[str, ...]  # "command: error" for each command the kernel refused
-    stats: str  # `tc -s qdisc/class show` after the measurements
+    stats: dict[str, str]  # sender -> `tc -s qdisc/class show` after the measurements
+    uplink_bps: float  # what a sent to b, c, d and e together, each offered more than it may take
     boot_to_poweroff_s: float
     console: str
 
 
-def destinations() -> tuple[Destination, ...]:
-    rows = [Destination(name, ip, shape, shape.rate_bps) for name, (ip, shape) in PER_DEST.items()]
-    rows.append(Destination(DEFAULT[0], DEFAULT[1], DEFAULT[2], UPLINK_BPS))
-    rows.append(Destination("gateway", GATEWAY, LinkShape(), None))
+def links() -> tuple[Link, ...]:
+    rows = [Link("a", name, HOSTS[name], shape, shape.rate_bps, 1) for name, shape in PER_DEST.items()]
+    rows += [
+        Link("a", "e", HOSTS["e"], DEFAULT, UPLINK_BPS, 2),
+        Link("a", "gateway", GATEWAY, LinkShape(), None, 0),
+        # Receivers b and c are idle in phase 2.
+        Link("r", "b", HOSTS["b"], LinkShape(), RATE_ONLY.rate_bps, 2),
+        Link("t", "c", HOSTS["c"], LinkShape(), TBF_UPLINK_BPS, 2),
+    ]
     return tuple(rows)
 
 
-def tc_program() -> list[list[str]]:
-    """The commands under test, straight from the generator."""
-    return tc.egress_commands(
-        {ip: shape for ip, shape in PER_DEST.values()},
-        UPLINK_BPS,
-        default=DEFAULT[2],
-        exempt=[GATEWAY],
-        netem=True,
-        dev="eth0",
-    )
+def tc_programs() -> dict[str, list[list[str]]]:
+    """The commands under test for each sender, straight from the generator."""
+    return {
+        "a": tc.egress_commands({HOSTS[name]: shape for name, shape in PER_DEST.items()}, UPLINK_BPS,
+                                default=DEFAULT, exempt=[GATEWAY], netem=True, dev="eth0"),
+        "r": tc.egress_commands({HOSTS["b"]: RATE_ONLY}, None, exempt=[GATEWAY], netem=False, dev="eth0"),
+        "t": tc.egress_commands({}, TBF_UPLINK_BPS, exempt=[GATEWAY], netem=True, dev="eth0"),
+    }
 
 
 def guest_script(modules: tuple[str, ...]) -> str:
     """/init for the guest: set up, shape, measure, report, power off."""
-    node, node_ip = NODE
+    ip = "/usr/sbin/ip"
     prefix = SUBNET.split("/")[1]
-    peers = [(d.name, d.ip) for d in destinations() if d.name != "gateway"]
     lines = [
         "#!/bin/busybox sh",
         "/bin/busybox --install -s /bin",
@@ -124,63 +149,75 @@ def guest_script(modules: tuple[str, ...]) -> str:
     ]
     lines += [f"insmod /modules/{module}.ko || echo '@@error insmod {module}'" for module in modules]
     lines += [
-        "/usr/sbin/ip link set lo up",
-        "/usr/sbin/ip link add br0 type bridge && /usr/sbin/ip link set br0 up",
-        f"/usr/sbin/ip addr add {GATEWAY}/{prefix} dev br0",
+        f"{ip} link set lo up",
+        f"{ip} link add br0 type bridge && {ip} link set br0 up",
+        f"{ip} addr add {GATEWAY}/{prefix} dev br0",
     ]
-    for name, ip in [(node, node_ip), *peers]:
+    for name, address in HOSTS.items():
         lines += [
-            f"/usr/sbin/ip netns add {name}",
-            f"/usr/sbin/ip link add v-{name} type veth peer name eth0 netns {name}",
-            f"/usr/sbin/ip link set v-{name} master br0 up",
-            f"/usr/sbin/ip -n {name} link set lo up",
-            f"/usr/sbin/ip -n {name} addr add {ip}/{prefix} dev eth0",
-            f"/usr/sbin/ip -n {name} link set eth0 up",
+            f"{ip} netns add {name}",
+            f"{ip} link add v-{name} type veth peer name eth0 netns {name}",
+            f"{ip} link set v-{name} master br0 up",
+            f"{ip} -n {name} link set lo up",
+            f"{ip} -n {name} addr add {address}/{prefix} dev eth0",
+            f"{ip} -n {name} link set eth0 up",
         ]
     lines.append("echo '@@phase shape'")
-    for index, argv in enumerate(tc_program()):
-        lines += [
-            f"/usr/sbin/ip netns exec {node} {shlex.join(argv)} > /tmp/tc-{index} 2>&1",
-            f"echo \"@@rc tc {index} $?\"; section tc {index} /tmp/tc-{index}",
-        ]
-    # RTT and loss, every destination at once.
-    for d in destinations():
-        lines.append(
-            f"/usr/sbin/ip netns exec {node} ping -n -c {PROBES} -i {PROBE_INTERVAL_S} -W 1 {d.ip}"
-            f" > /tmp/ping-{d.name} 2>&1 &"
-        )
+    for sender, program in tc_programs().items():
+        for index, argv in enumerate(program):
+            out = f"/tmp/tc-{sender}-{index}"
+            lines += [
+                f"{ip} netns exec {sender} {shlex.join(argv)} > {out} 2>&1",
+                f"echo \"@@rc tc {sender}-{index} $?\"; section tc {sender}-{index} {out}",
+            ]
+    lines.append("echo '@@phase pings'")
+    for link in links():
+        lines.append(f"{ip} netns exec {link.sender} ping -n -c {PROBES} -i {PROBE_INTERVAL_S} -W 1 {link.ip}"
+                     f" > /tmp/ping-{link.name} 2>&1 &")
     lines.append("wait")
     lines.append("echo '@@phase rates'")
-    # Rates: the per-destination classes together (they sum below the
-    # uplink), then the default class alone (it may take the whole uplink).
-    rated = [d for d in destinations() if d.rate_bps is not None]
-    phases = [[d for d in rated if d.name in PER_DEST], [d for d in rated if d.name not in PER_DEST]]
+    rated = [link for link in links() if link.rate_bps is not None]
     start, length = WINDOW
-    for phase in phases:
-        for d in phase:
-            lines.append(f"/usr/sbin/ip netns exec {d.name} iperf3 -s -1 -D")
+    for phase in sorted({link.phase for link in rated}):
+        batch = [link for link in rated if link.phase == phase]
+        for link in batch:
+            lines.append(f"{ip} netns exec {link.dest} iperf3 -s -1 -D")
         lines.append("sleep 0.5")
-        for d in phase:
+        for link in batch:
             lines += [
-                f"/usr/sbin/ip netns exec {d.name} sh /meter.sh {start} {length} > /tmp/rate-{d.name} &",
-                f"/usr/sbin/ip netns exec {node} iperf3 -u -c {d.ip} -b {int(d.rate_bps * OFFERED)} -l {UDP_PAYLOAD}"
-                f" -t {STREAM_S} > /tmp/iperf-{d.name} 2>&1 &",
+                f"{ip} netns exec {link.dest} sh /meter.sh {start} {length} > /tmp/rate-{link.name} &",
+                f"{ip} netns exec {link.sender} iperf3 -u -c {link.ip} -b {int(link.rate_bps * OFFERED)}"
+                f" -l {UDP_PAYLOAD} -t {STREAM_S} > /tmp/iperf-{link.name} 2>&1 &",
             ]
         lines.append("wait")
-    for d in destinations():
-        lines += [f"median /tmp/ping-{d.name} > /tmp/median-{d.name}",
-                  f"grep -v 'time=' /tmp/ping-{d.name} >> /tmp/median-{d.name}",
-                  f"section ping {d.name} /tmp/median-{d.name}"]
-    for d in rated:
-        lines.append(f"section rate {d.name} /tmp/rate-{d.name}")
-        lines.append(f"section iperf {d.name} /tmp/iperf-{d.name}")
-    lines += [
-        f"/usr/sbin/ip netns exec {node} tc -s qdisc show dev eth0 > /tmp/stats",
-        f"/usr/sbin/ip netns exec {node} tc -s class show dev eth0 >> /tmp/stats",
-        "section stats a /tmp/stats",
-        "echo '@@done'",
-        "poweroff -f",
-    ]
+    # a's uplink: every class of a at once, each offered 1.2x its own cap.
+    uplink = [link for link in rated if link.sender == "a"]
+    for link in uplink:
+        lines.append(f"{ip} netns exec {link.dest} iperf3 -s -1 -D")
+    lines.append("sleep 0.5")
+    for link in uplink:
+        lines += [
+            f"{ip} netns exec {link.dest} sh /meter.sh {start} {length} > /tmp/rate-uplink-{link.dest} &",
+            f"{ip} netns exec a iperf3 -u -c {link.ip} -b {int(link.rate_bps * OFFERED)}"
+            f" -l {UDP_PAYLOAD} -t {STREAM_S} > /dev/null 2>&1 &",
+        ]
+    lines.append("wait")
+    for link in uplink:
+        lines.append(f"section rate uplink-{link.dest} /tmp/rate-uplink-{link.dest}")
+    for link in links():
+        lines += [f"median /tmp/ping-{link.name} > /tmp/median-{link.name}",
+                  f"grep -v 'time=' /tmp/ping-{link.name} >> /tmp/median-{link.name}",
+                  f"section ping {link.name} /tmp/median-{link.name}"]
+    for link in rated:
+        lines.append(f"section rate {link.name} /tmp/rate-{link.name}")
+        lines.append(f"section iperf {link.name} /tmp/iperf-{link.name}")
+    for sender in tc_programs():
+        lines += [
+            f"{ip} netns exec {sender} tc -s qdisc show dev eth0 > /tmp/stats-{sender}",
+            f"{ip} netns exec {sender} tc -s class show dev eth0 >> /tmp/stats-{sender}",
+            f"section stats {sender} /tmp/stats-{sender}",
+        ]
+    lines += ["echo '@@done'", "poweroff -f"]
     return "\n".join(lines) + "\n"
 
 
@@ -288,21 +325,25 @@ def refused(console: str) -> tuple[str, ...]:
     """"command: error" for each generated tc command that did not exit 0."""
     sections, codes = _sections(console)
     return tuple(
-        f"{shlex.join(argv)}: {sections.get(('tc', str(index)), '').strip()}"
-        for index, argv in enumerate(tc_program())
-        if codes.get(("tc", str(index))) != 0
+        f"[{sender}] {shlex.join(argv)}: {sections.get(('tc', f'{sender}-{index}'), '').strip()}"
+        for sender, program in tc_programs().items()
+        for index, argv in enumerate(program)
+        if codes.get(("tc", f"{sender}-{index}")) != 0
     )
 
 
 def parse(console: str, elapsed: float) -> Result:
     sections, _ = _sections(console)
     rows = []
-    for d in destinations():
-        sent, received, median, avg, mdev = _ping(sections[("ping", d.name)])
-        rate = _rate(sections[("rate", d.name)]) if d.rate_bps is not None else None
-        rows.append(Measured(d, sent, received, median, avg, mdev, rate))
-    return Result(tuple(rows), tuple(shlex.join(argv) for argv in tc_program()), refused(console),
-                  sections.get(("stats", "a"), ""), elapsed, console)
+    for link in links():
+        sent, received, median, avg, mdev = _ping(sections[("ping", link.name)])
+        rate = _rate(sections[("rate", link.name)]) if link.rate_bps is not None else None
+        rows.append(Measured(link, sent, received, median, avg, mdev, rate))
+    programs = {sender: tuple(shlex.join(argv) for argv in program) for sender, program in tc_programs().items()}
+    stats = {sender: sections.get(("stats", sender), "") for sender in programs}
+    uplink = sum(_rate(text) for (kind, name), text in sections.items()
+                 if kind == "rate" and name.startswith("uplink-"))
+    return Result(tuple(rows), programs, refused(console), stats, uplink, elapsed, console)
 
 
 def main() -> int:
@@ -321,13 +362,13 @@ def main() -> int:
         Path(sys.argv[1]).write_text(result.console)
     table = Table(title=f"netem under Linux {guest.release}, qemu {guest.accelerator} "
                         f"({result.boot_to_poweroff_s:.1f} s boot to power-off)")
-    for column in ("dest", "delay/jitter", "RTT median", "avg", "mdev", "loss set", "loss seen", "rate set", "rate seen"):
+    for column in ("link", "delay/jitter", "RTT median", "avg", "mdev", "loss set", "loss seen", "rate set", "rate seen"):
         table.add_column(column, justify="right")
     for row in result.rows:
-        shape = row.destination.shape
-        set_rate = row.destination.rate_bps
+        shape = row.link.expect
+        set_rate = row.link.rate_bps
         table.add_row(
-            row.destination.name, f"{shape.delay_ms:g}/{shape.jitter_ms:g} ms",
+            row.link.name, f"{shape.delay_ms:g}/{shape.jitter_ms:g} ms",
             f"{row.rtt_median_ms:.3f} ms", f"{row.rtt_avg_ms:.3f} ms", f"{row.rtt_mdev_ms:.3f} ms",
             f"{shape.loss:.1%}", f"{row.loss:.1%} ({row.sent - row.received}/{row.sent})",
             f"{set_rate / 1e6:g} Mbit/s" if set_rate else "-",
@@ -336,6 +377,8 @@ def main() -> int:
     console = Console(width=140)
     console.print(f"accelerator: {guest.accelerator_reason}")
     console.print(table)
+    console.print(f"a's uplink: set {UPLINK_BPS / 1e6:g} Mbit/s, seen {result.uplink_bps / 1e6:.3f} Mbit/s "
+                  "(b, c, d and e at once)")
     for failure in result.tc_failures:
         console.print(f"[red]tc refused[/]: {failure}")
     return 1 if result.tc_failures else 0
