@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from tests.kvm.cpio import CpioWriter
 
@@ -173,7 +174,7 @@ def _shared_libraries(binary: str) -> list[str]:
     return paths
 
 
-def _write_base(out, moddir: Path, module_order: list[str]) -> None:
+def _write_base(out: BinaryIO, moddir: Path, module_order: list[str]) -> None:
     archive = CpioWriter(out)
     for directory in ("bin", "sbin", "usr/bin", "usr/sbin", "proc", "sys", "dev", "run", "tmp", "etc", "modules"):
         archive.directory(directory)

@@ -37,6 +37,7 @@ from pathlib import Path
 from node.config import LinkShape
 from orchestrator import tc
 from tests.kvm.cpio import CpioWriter
+from tests.kvm import guest as kvm_guest
 from tests.kvm.guest import QEMU, Guest
 
 SUBNET = "10.0.0.0/24"
@@ -262,8 +263,13 @@ def run(guest: Guest) -> Result:
         # Two newc archives back to back; the base one ends 4-byte aligned.
         initrd.write_bytes(guest.base_initramfs.read_bytes() + scenario.read_bytes())
         began = time.monotonic()
-        done = subprocess.run(qemu_argv(guest, initrd), capture_output=True, timeout=BOOT_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL, check=False)
+        try:
+            done = subprocess.run(qemu_argv(guest, initrd), capture_output=True, timeout=BOOT_TIMEOUT_S,
+                                  stdin=subprocess.DEVNULL, check=False)
+        except subprocess.TimeoutExpired as exc:  # qemu has been killed
+            console = (exc.stdout or b"").decode(errors="replace").replace("\r", "")
+            raise GuestError(f"the guest ({guest.accelerator}) did not power off within {BOOT_TIMEOUT_S} s:\n"
+                             f"{console[-4000:]}") from None
         elapsed = time.monotonic() - began
     console = done.stdout.decode(errors="replace").replace("\r", "")
     if "@@done" not in console:
@@ -350,13 +356,11 @@ def main() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from tests.kvm import guest as guest_module
-
-    reason = guest_module.missing()
+    reason = kvm_guest.missing()
     if reason:
         print(f"kvm-netem: cannot run: {reason}", file=sys.stderr)
         return 3
-    guest = guest_module.prepare()
+    guest = kvm_guest.prepare()
     result = run(guest)
     if len(sys.argv) > 1:
         Path(sys.argv[1]).write_text(result.console)
