@@ -13,6 +13,12 @@ command -v tc >/dev/null || need+=(iproute2)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v java >/dev/null || need+=(default-jre-headless)
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need+=(chromium)
+# The kernel-shaping test (tests/test_kvm_netem.py) boots Debian's stock kernel in qemu.
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+dpkg-query -W -f '${db:Status-Status}' linux-image-amd64 2>/dev/null | grep -qx installed || need+=(linux-image-amd64)
+dpkg-query -W -f '${db:Status-Status}' busybox-static 2>/dev/null | grep -qx installed || need+=(busybox-static)
+command -v ping >/dev/null || need+=(iputils-ping)
+command -v iperf3 >/dev/null || need+=(iperf3)
 if ((${#need[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "bootstrap: installing system packages: ${need[*]}" >&2

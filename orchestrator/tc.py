@@ -12,6 +12,12 @@ The tree, on the container's eth0 (class ids are hex, as tc reads them):
     1:3   other destinations, under 1:1 (netem leaf with the default shape)
     1:10+ one class per destination with its own shape, under 1:1; a netem
           leaf carries delay/jitter/loss, the class's ceil carries the link rate
+    Under an uplink each class under 1:1 is assured an equal share of it
+    (rate = uplink / classes, at most its ceil) and borrows up to its ceil.
+    htb lets a class send at its own rate without asking its parent, so
+    classes whose rates summed above the uplink would bypass it: with rate =
+    ceil per destination, a Debian 6.1 kernel sent 14 Mbit/s through an
+    8 Mbit/s uplink (tests/test_kvm_netem.py).
     filters: prio 1 `u32 match ip dst <exempt>/32 flowid 1:2`,
              prio 2 `u32 match ip dst <peer>/32 flowid 1:N`
 
@@ -106,11 +112,12 @@ def egress_commands(
                       "latency", "50ms"]]
 
     uplink = int(uplink_bps) if uplink_bps else CEILING_BPS
+    share = uplink // (1 + len(dests))  # each class's assured part of the uplink
     cmds: list[Argv] = [
         tc + ["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "3"],
         _htb_class(dev, "1:", "1:1", uplink, uplink),
         _htb_class(dev, "1:", "1:2", CEILING_BPS, CEILING_BPS),
-        _htb_class(dev, "1:1", "1:3", uplink, uplink),
+        _htb_class(dev, "1:1", "1:3", share if uplink_bps else uplink, uplink),
     ]
     if default_netem:
         cmds.append(tc + ["qdisc", "add", "dev", dev, "parent", "1:3", "handle", "3:", "netem"] + default_netem)
@@ -119,7 +126,7 @@ def egress_commands(
     for index, (ip, shape) in enumerate(dests):
         minor = f"{FIRST_PEER_MINOR + index:x}"
         ceil = min(uplink, int(shape.rate_bps)) if shape.rate_bps else uplink
-        cmds.append(_htb_class(dev, "1:1", f"1:{minor}", ceil, ceil))
+        cmds.append(_htb_class(dev, "1:1", f"1:{minor}", min(share, ceil) if uplink_bps else ceil, ceil))
         leaf = netem_args(shape) if netem else []
         if leaf:
             cmds.append(tc + ["qdisc", "add", "dev", dev, "parent", f"1:{minor}", "handle", f"{minor}:", "netem"] + leaf)

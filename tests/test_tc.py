@@ -49,14 +49,16 @@ def test_netem_with_uplink_and_default_shape():
         {"10.200.0.2": LinkShape(delay_ms=10)}, 5_000_000,
         default=LinkShape(delay_ms=50), exempt=["10.200.0.1"], netem=True, dev="eth1"))
     up = "rate 5000000bit ceil 5000000bit burst 3125 cburst 3125 quantum 1514"
+    # Two classes under the uplink: each assured half, each may borrow all of it.
+    half = "rate 2500000bit ceil 5000000bit burst 3028 cburst 3125 quantum 1514"
     assert got == [
         "tc qdisc add dev eth1 root handle 1: htb default 3",
         f"tc class add dev eth1 parent 1: classid 1:1 htb {up}",
         f"tc class add dev eth1 parent 1: classid 1:2 htb {CEIL}",
-        f"tc class add dev eth1 parent 1:1 classid 1:3 htb {up}",
+        f"tc class add dev eth1 parent 1:1 classid 1:3 htb {half}",
         "tc qdisc add dev eth1 parent 1:3 handle 3: netem delay 50ms",
         "tc filter add dev eth1 parent 1: protocol ip prio 1 u32 match ip dst 10.200.0.1/32 flowid 1:2",
-        f"tc class add dev eth1 parent 1:1 classid 1:10 htb {up}",
+        f"tc class add dev eth1 parent 1:1 classid 1:10 htb {half}",
         "tc qdisc add dev eth1 parent 1:10 handle 10: netem delay 10ms",
         "tc filter add dev eth1 parent 1: protocol ip prio 2 u32 match ip dst 10.200.0.2/32 flowid 1:10",
     ]
@@ -77,8 +79,20 @@ def test_without_netem_only_rates_reach_the_kernel():
 
 def test_per_peer_rate_is_capped_by_the_uplink():
     got = lines(tc.egress_commands({"10.0.0.2": LinkShape(rate_bps=8_000_000)}, 2_000_000, netem=False))
-    assert "tc class add dev eth0 parent 1:1 classid 1:10 htb rate 2000000bit ceil 2000000bit " \
+    assert "tc class add dev eth0 parent 1:1 classid 1:10 htb rate 1000000bit ceil 2000000bit " \
            "burst 3028 cburst 3028 quantum 1514" in got
+
+
+def test_classes_under_an_uplink_are_assured_no_more_than_it():
+    """htb lets a class send at its own rate without asking its parent, so the
+    rates under 1:1 must sum to at most the uplink, or the uplink leaks."""
+    shapes = {f"10.0.0.{i}": LinkShape(delay_ms=i, rate_bps=3_000_000) for i in range(2, 6)}
+    cmds = tc.egress_commands(shapes, 8_000_000, default=LinkShape(delay_ms=5), netem=True)
+    under_uplink = [c for c in cmds if c[:3] == ["tc", "class", "add"] and c[c.index("parent") + 1] == "1:1"]
+    rates = [int(c[c.index("rate") + 1].removesuffix("bit")) for c in under_uplink]
+    ceils = [int(c[c.index("ceil") + 1].removesuffix("bit")) for c in under_uplink]
+    assert len(under_uplink) == 5 and sum(rates) <= 8_000_000
+    assert ceils == [8_000_000] + [3_000_000] * 4
 
 
 def test_uplink_only_is_a_tbf():
