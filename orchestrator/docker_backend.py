@@ -46,20 +46,19 @@ from typing import Any
 
 from node.config import LinkShape, NodeConfig
 from orchestrator import tc
-from orchestrator.backend import Backend, NodeAddress, ShapingCapabilities
+from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.docker_util import (
     LABEL,
     LABEL_NODE,
     LABEL_RUN,
     LABEL_STATE,
     LABEL_TESTBED,
-    Progress,
     current_state_dir,
     docker_available,
     docker_client,
-    say,
 )
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
+from orchestrator.state import StateStore
 
 __all__ = ["DockerBackend", "NodeResources", "docker_available"]
 
@@ -97,30 +96,26 @@ def container_name(testbed: str, node: str) -> str:
 
 class DockerBackend(Backend):
     name = "docker"
+    capabilities = Capabilities(kernel_shaping=True, netem=True, partitions=True, pause=True)
 
-    def __init__(
-        self,
-        testbed: str,
-        run_dir: Path,
-        *,
-        image: str | None = None,
-        resources: Mapping[str, NodeResources] | None = None,
-        default_resources: NodeResources = NodeResources(memory=DEFAULT_MEMORY),
-        run_id: str | None = None,
-        progress: Progress = None,
-        entrypoint: Sequence[str] | None = None,
-    ) -> None:
-        super().__init__(testbed, Path(run_dir).resolve())
+    def __init__(self, ctx: BackendContext) -> None:
+        """Options (ctx.options): "image" (default: build or reuse the router
+        image), "entrypoint" (what runs in the container; "$0" is the config
+        path, "$1" the log path), "resources" (node -> NodeResources),
+        "default_resources", "run_id" (default: the run directory's name)."""
+        super().__init__(ctx)
+        testbed, opts = ctx.testbed, ctx.options
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", testbed):
             raise InputError(f"testbed name {testbed!r}: use letters, digits, '_', '.', '-' (max 63)")
-        self.run_id = run_id or self.run_dir.name
+        self.run_id = opts.get("run_id") or self.run_dir.name
         self.state_scope = current_state_dir()
-        self.image = image
-        self.progress = progress
-        # What runs in the container; "$0" is the config path, "$1" the log path.
+        self.image = opts.get("image")
+        entrypoint = opts.get("entrypoint")
         self.entrypoint = list(entrypoint) if entrypoint else [
             "/bin/sh", "-c", 'exec python3 -m node --config "$0" >>"$1" 2>&1']
-        self.resources: dict[str, NodeResources] = dict(resources or {})
+        resources = opts.get("resources") or {}
+        default_resources = opts.get("default_resources") or NodeResources(memory=DEFAULT_MEMORY)
+        self.resources: dict[str, NodeResources] = dict(resources)
         self.default_resources = default_resources
         self._client = docker_client()
         self._network: Any = None
@@ -170,7 +165,7 @@ class DockerBackend(Backend):
         if self.image is None:
             from orchestrator.image import ensure_image  # noqa: PLC0415
 
-            self.image = ensure_image(progress=self.progress)
+            self.image = ensure_image(progress=self.reporter.note)
         self._create_network(len(nodes))
         for node in nodes:
             self._allocate(node)
@@ -215,7 +210,7 @@ class DockerBackend(Backend):
                     continue
                 raise TestbedError(f"cannot create network {self.network_name}: {exc.explanation or exc}") from exc
             self._subnet, self._gateway = subnet, gateway
-            say(self.progress, f"network {self.network_name} on {subnet}")
+            self.reporter.note(f"network {self.network_name} on {subnet}")
             return
         raise TestbedError(
             f"no free /{prefix} left in {SUBNET_POOL} for testbed {self.testbed!r}: " + "; ".join(tried[-5:])
@@ -589,12 +584,12 @@ class DockerBackend(Backend):
             self.collect_traces()
         except Exception:  # noqa: BLE001 - destroy must go on
             pass
-        self.cleanup(self.testbed)
+        self.cleanup(self.testbed, self.store)
         self._network = None
         self._client.close()
 
     @classmethod
-    def cleanup(cls, testbed: str | None) -> list[str]:
+    def cleanup(cls, testbed: str | None, store: StateStore) -> list[str]:
         client = docker_client()
         try:
             return _remove_labelled(client, testbed)

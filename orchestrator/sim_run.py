@@ -14,9 +14,10 @@ from typing import Any
 
 from node.engine.api import NS
 from orchestrator.experiment.model import ResolvedExperiment
-from orchestrator.runinfo import RunWriter, host_facts
+from orchestrator.manifest import build_manifest
+from orchestrator.progress import Reporter
+from orchestrator.runinfo import RunWriter
 from orchestrator.simulator import WARMUP_S, SimStats, Simulator
-from orchestrator.version import tool_version
 
 
 @dataclass(frozen=True)
@@ -74,40 +75,25 @@ def run_simulation(
     resolved: ResolvedExperiment,
     resolved_yaml: str,
     run_dir: Path,
-    progress=None,
+    reporter: Reporter | None = None,
 ) -> SimResult:
+    reporter = reporter or Reporter()
     writer = RunWriter(run_dir)
     writer.write_resolved(resolved_yaml)
     writer.write_topology(resolved)
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     wall0 = time.perf_counter()
     sim = Simulator(resolved, run_dir / "traces", writer.event, WARMUP_S)
-    stats = sim.run(progress)
+    with reporter.phase(f"simulating {resolved.name}: {len(resolved.nodes)} nodes", sim.end_time()) as advance:
+        stats = sim.run(advance)
     wall = time.perf_counter() - wall0
     summary = summarize(stats, wall, sim.now / NS)
-    writer.write_manifest({
-        "tool": "gossip-testbed",
-        "version": tool_version(),
-        "backend": "sim",
-        "experiment": resolved.source,
-        "name": resolved.name,
-        "seed": resolved.seed,
-        "clock": "virtual",
-        "t0_ns": 0,
-        "workload_t0_ns": sim.warmup,
-        "started_at": started_at,
-        "wall_time_s": round(wall, 3),
-        "shaping": {
-            "path": "virtual",
-            "netem_available": None,
-            "detail": "latency, jitter, loss and uplink serialization modelled by the simulator",
-        },
-        "host": host_facts(),
-        "events_processed": stats.events,
-        "nodes": len(resolved.nodes),
-        "python": platform.python_version(),
-        "warnings": [],
-        "sim_summary": summary,
-    })
+    writer.write_manifest(build_manifest(
+        backend="sim", experiment=resolved.source, name=resolved.name, seed=resolved.seed, clock="virtual",
+        t0_ns=0, workload_t0_ns=sim.warmup, started_at=started_at, shaping_path="virtual", netem_available=None,
+        shaping_detail="latency, jitter, loss and uplink serialization modelled by the simulator",
+        nodes=len(resolved.nodes), warnings=[], wall_time_s=round(wall, 3), events_processed=stats.events,
+        python=platform.python_version(), sim_summary=summary,
+    ))
     writer.close()
     return SimResult(run_dir, summary)

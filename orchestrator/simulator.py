@@ -18,7 +18,7 @@ import os
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from node.engine import make_router
@@ -28,6 +28,7 @@ from node.tracefile import EventEncoder
 from node.wire import Message, PeerId, rpc_size, seqno_bytes
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
+from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
 
 INJECTOR_ID = b"injector"
 WARMUP_S = 3.0
@@ -59,24 +60,19 @@ class SimNode:
     router: str
     params: dict
     seed: int
-    topics: set[str]
+    life: NodeLife  # process state, topics, partitions: orchestrator/lifecycle.py
     neighbours: tuple[str, ...]
     uplink_bps: int | None
     engine: Router | None = None
-    state: str = "down"  # up | down | paused
     incarnation: int = 0
-    isolated_from: set[str] | None = None  # None: not isolated; empty set: from everyone
     uplink_free_at: int = 0
     paused_inbox: list[Callable[[], None]] = field(default_factory=list)
     heartbeat_due: bool = False
     conns: dict[PeerId, Conn] = field(default_factory=dict)
 
     @property
-    def reachable(self) -> bool:
-        return self.state == "up" and self.isolated_from != set()
-
-    def cut_off_from(self, other: str) -> bool:
-        return self.isolated_from is not None and (not self.isolated_from or other in self.isolated_from)
+    def paused(self) -> bool:
+        return self.life.process is Process.PAUSED
 
 
 @dataclass
@@ -185,7 +181,7 @@ class Simulator:
         neighbours = resolved.neighbours()
         self.nodes: dict[str, SimNode] = {
             n.name: SimNode(
-                n.name, n.name.encode(), n.router, dict(n.params), n.seed, set(n.topics),
+                n.name, n.name.encode(), n.router, dict(n.params), n.seed, NodeLife(Process.STOPPED, frozenset(n.topics)),
                 tuple(neighbours[n.name]), n.uplink_bps,
             )
             for n in resolved.nodes
@@ -212,9 +208,12 @@ class Simulator:
         last = max((p.at for p in r.publishes), default=0.0)
         return self.warmup + round(max(r.duration, last + r.linger) * NS)
 
-    def run(self, progress: Callable[[int, int], None] | None = None) -> SimStats:
+    def run(self, advance: Callable[[int], None] | None = None) -> SimStats:
+        """Simulate to the end; `advance` is told how many virtual
+        nanoseconds went by, now and then (a Reporter phase's advance)."""
         for node in self.nodes.values():
             self._start(node, 0)
+            node.life = replace(node.life, process=Process.RUNNING)
         for p in self.resolved.publishes:
             self._push(self.warmup + round(p.at * NS), _PUBLISH, p)
         for action in self.resolved.churn:
@@ -224,15 +223,16 @@ class Simulator:
         self.log_event(0, "run_start")
         self.log_event(self.warmup, "all_up", nodes=len(self.nodes))
         with _quiet_gc():
-            self._loop(end, progress)
+            self._loop(end, advance)
         self.log_event(self.now, "run_end")
         self.sink.close()
         self._count_expected()
         return self.stats
 
-    def _loop(self, end: int, progress: Callable[[int, int], None] | None) -> None:
+    def _loop(self, end: int, advance: Callable[[int], None] | None) -> None:
         step = max(end // 200, 1)
         next_report = step
+        reported = 0
         heap = self._heap
         while heap:
             t, kind, _, a, b, c = heapq.heappop(heap)
@@ -252,9 +252,9 @@ class Simulator:
                 self._on_churn(a)
             elif kind == _END:
                 break
-            if progress is not None and t >= next_report:
-                progress(t, end)
-                next_report = t + step
+            if advance is not None and t >= next_report:
+                advance(t - reported)
+                reported, next_report = t, t + step
 
     # Output of an engine
 
@@ -312,7 +312,7 @@ class Simulator:
         conn = dst.conns.get(src.peer_id)
         if conn is None or conn.epoch != epoch:
             return
-        if dst.state == "paused":
+        if dst.paused:
             dst.paused_inbox.append(lambda: self._on_rpc(src, dst, payload))
             return
         self._emit(dst, dst.engine.handle_rpc(self.now, src.peer_id, rpc))
@@ -321,7 +321,7 @@ class Simulator:
         node = self.nodes[name]
         if node.incarnation != incarnation or node.engine is None:
             return
-        if node.state == "paused":
+        if node.paused:
             node.heartbeat_due = True
             return
         self._emit(node, node.engine.heartbeat(self.now))
@@ -329,7 +329,7 @@ class Simulator:
 
     def _on_connect(self, a: str, b: str) -> None:
         na, nb = self.nodes[a], self.nodes[b]
-        if na.engine is None or nb.engine is None or na.cut_off_from(b) or nb.cut_off_from(a):
+        if na.engine is None or nb.engine is None or na.life.cut_off_from(b) or nb.life.cut_off_from(a):
             return
         ca, cb = na.conns.get(nb.peer_id), nb.conns.get(na.peer_id)
         if ca is not None and cb is not None and ca.epoch == cb.epoch:
@@ -350,7 +350,7 @@ class Simulator:
             self._add_peer(me, other.peer_id, proto)
 
     def _add_peer(self, node: SimNode, peer: PeerId, proto: str) -> None:
-        if node.state == "paused":
+        if node.paused:
             node.paused_inbox.append(lambda: self._add_peer(node, peer, proto))
         elif node.engine is not None:
             self._emit(node, node.engine.add_peer(self.now, peer, proto))
@@ -364,7 +364,7 @@ class Simulator:
         if conn is not None and conn.epoch != epoch:
             return
         node.conns.pop(peer_id, None)
-        if node.state == "paused":
+        if node.paused:
             node.paused_inbox.append(lambda: self._emit(node, node.engine.remove_peer(self.now, peer_id)))
         elif node.engine is not None:
             self._emit(node, node.engine.remove_peer(self.now, peer_id))
@@ -400,24 +400,23 @@ class Simulator:
         node.incarnation += 1
         seed = incarnation_seed(node.seed, node.incarnation)
         node.engine = make_router(node.router, node.peer_id, seed, node.params)
-        node.state = "up"
         node.paused_inbox.clear()
         node.heartbeat_due = False
         node.uplink_free_at = t
-        for topic in sorted(node.topics):
+        for topic in sorted(node.life.topics):
             self._emit(node, node.engine.join(t, topic))
         self._push(t + node.engine.first_heartbeat, _HEARTBEAT, node.name, node.incarnation)
         self._dial_neighbours(node)
 
     def _stop(self, node: SimNode, graceful: bool) -> None:
+        """The process ends: gracefully (LEAVE every topic first) or killed."""
         if node.engine is None:
             return
-        if graceful and node.state == "up":
-            for topic in sorted(node.topics):
+        if graceful:
+            for topic in sorted(node.life.topics):
                 self._emit(node, node.engine.leave(self.now, topic))
         self._close(node, None)
         node.engine = None
-        node.state = "down"
         node.incarnation += 1
 
     # Workload
@@ -425,7 +424,7 @@ class Simulator:
     def _on_publish(self, p: Publish) -> None:
         data = payload(p.seq, p.size)
         via = [self.nodes[n] for n in p.via]
-        live = [n for n in via if n.engine is not None and n.state == "up"]
+        live = [n for n in via if n.life.reachable]
         if not live:
             self.log_event(self.now, "warning", message=f"message {p.seq}: no live publisher among {list(p.via)}; skipped")
             return
@@ -445,7 +444,7 @@ class Simulator:
         publishers = {n.name for n in live}
         expected = {
             n.name for n in self.nodes.values()
-            if n.reachable and p.topic in n.topics and n.name not in publishers
+            if n.life.reachable and p.topic in n.life.topics and n.name not in publishers
         }
         self._expected[mid] = (self.now, expected)
         self.log_event(
@@ -477,55 +476,38 @@ class Simulator:
             self._apply(action, self.nodes[name])
 
     def _apply(self, action: ChurnAction, node: SimNode) -> None:
-        verb = action.action
-        was_reachable = node.reachable
-        if verb in ("kill", "stop"):
-            self._stop(node, graceful=verb == "stop")
-        elif verb == "start":
-            if node.engine is None:
-                self._start(node, self.now)
-        elif verb == "restart":
-            self._stop(node, graceful=True)
+        """One verb on one node, step by step as the lifecycle table says."""
+        try:
+            change = transition(node.life, Verb(action.action), action.topic, action.peers)
+        except Ineligible as exc:
+            self.log_event(self.now, "warning", message=f"churn {action.action} on {node.name} skipped: {exc}")
+            return
+        peers = set(action.peers) if action.peers else None
+        for step in change.steps:
+            self._call(step.call, node, peers, action.topic)
+            node.life = step.life
+            for ev in step.events:
+                self.log_event(self.now, ev.kind, node=node.name, cause=ev.cause)
+
+    def _call(self, call: Call, node: SimNode, peers: set[str] | None, topic: str | None) -> None:
+        if call is Call.KILL or call is Call.STOP:
+            self._stop(node, graceful=call is Call.STOP)
+        elif call is Call.START:
             self._start(node, self.now)
-        elif verb == "pause" and node.state == "up":
-            node.state = "paused"
-        elif verb == "unpause" and node.state == "paused":
+        elif call is Call.RESUME:
             self._unpause(node)
-        elif verb == "disconnect" and node.engine is not None:
-            peers = set(action.peers) if action.peers else None
-            if peers is None or node.isolated_from == set():
-                node.isolated_from = set()
-            else:
-                node.isolated_from = (node.isolated_from or set()) | peers
+        elif call is Call.DISCONNECT:
             self._partition(node, peers)
-        elif verb == "reconnect" and node.isolated_from is not None:
-            peers = set(action.peers) if action.peers else None
-            if peers is None or not node.isolated_from:
-                node.isolated_from = None
-            else:
-                node.isolated_from -= peers
-                node.isolated_from = node.isolated_from or None
-            if node.engine is not None:
-                self._dial_neighbours(node, peers)
-        elif verb in ("leave", "join") and node.engine is not None and action.topic:
-            if verb == "leave":
-                node.topics.discard(action.topic)
-                out = node.engine.leave(self.now, action.topic)
-            else:
-                node.topics.add(action.topic)
-                out = node.engine.join(self.now, action.topic)
-            self._emit(node, out)
-        if was_reachable and not node.reachable:
-            cause = {"restart": "stop", "disconnect": "disconnect"}.get(verb, verb)
-            self.log_event(self.now, "node_down", node=node.name, cause=cause)
-        elif node.reachable and not was_reachable:
-            self.log_event(self.now, "node_up", node=node.name, cause=verb)
-        elif verb == "restart":
-            self.log_event(self.now, "node_down", node=node.name, cause="stop")
-            self.log_event(self.now, "node_up", node=node.name, cause="restart")
+        elif call is Call.RECONNECT:
+            self._dial_neighbours(node, peers)
+        elif call is Call.SUBSCRIBE or call is Call.UNSUBSCRIBE:
+            assert node.engine is not None and topic is not None
+            join = call is Call.SUBSCRIBE
+            self._emit(node, (node.engine.join if join else node.engine.leave)(self.now, topic))
+        # Call.PAUSE: a paused node is one whose life says so; its inputs wait
 
     def _unpause(self, node: SimNode) -> None:
-        node.state = "up"
+        node.life = replace(node.life, process=Process.RUNNING)
         inbox, node.paused_inbox = node.paused_inbox, []
         for deferred in inbox:
             deferred()
