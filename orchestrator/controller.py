@@ -144,7 +144,9 @@ class Controller:
             name: NodeState.from_record(name, entry.get("spec", {}))
             for name, entry in sorted((record.get("nodes") or {}).items())
         }
-        backend = make_backend(record.get("backend", "process"), BackendContext(testbed, run_dir, store, reporter))
+        if not record.get("backend"):
+            raise TestbedError(f"the record of testbed {testbed!r} names no backend; `testbed down {testbed}` cleans up")
+        backend = make_backend(record["backend"], BackendContext(testbed, run_dir, store, reporter))
         ctl = cls(testbed, backend, run_dir, store, nodes, reporter)
         for name, entry in (record.get("nodes") or {}).items():
             path = entry.get("config")
