@@ -26,15 +26,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.rundir import RunDir
+from node.trace_vocab import (
+    ADD_PEER,
+    DELIVER,
+    DROP_RPC,
+    DUPLICATE,
+    GRAFT,
+    JOIN,
+    LEAVE,
+    PRUNE,
+    PUBLISH,
+    RECV_RPC,
+    REJECT,
+    REMOVE_PEER,
+    SEND_RPC,
+)
 
 NS = 1_000_000_000
 INF = 1 << 62  # "never" on the run's nanosecond clock
 NEG_INF = -(1 << 62)
 
-# TraceEvent types (go-libp2p-pubsub numbers)
-PUBLISH, REJECT, DUPLICATE, DELIVER = 0, 1, 2, 3
-ADD_PEER, REMOVE_PEER, RECV_RPC, SEND_RPC, DROP_RPC = 4, 5, 6, 7, 8
-JOIN, LEAVE, GRAFT, PRUNE = 9, 10, 11, 12
 
 CDF_POINTS = [i / 100 for i in range(101)]
 PRE_EVENT_WINDOW_NS = 10 * NS  # the pre-event delivery level is taken over this window

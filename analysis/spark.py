@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from orchestrator.errors import BackendUnavailable
+from node.errors import BackendUnavailable
 
 _LOG4J_TEXT = """\
 # Spark's log output while the analysis runs: errors only, on stderr.
