@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -585,7 +584,3 @@ def render_report(runs: list[RunDir]) -> str:
         "resources · metric definitions in docs/metrics.md</footer></main>"
         f"<div id='readout'></div><script>{JS}</script></body></html>"
     )
-
-
-def report_path_default(run_dirs: list[Path]) -> Path:
-    return run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html")

@@ -130,11 +130,3 @@ def get_spark(master: str | None = None, small: bool = False):
         raise BackendUnavailable(f"could not start Spark ({master}): {exc}") from None
     spark.sparkContext.setLogLevel("ERROR")
     return spark
-
-
-def stop_spark() -> None:
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()
