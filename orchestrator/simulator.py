@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import gc
 import heapq
-import os
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,15 +23,15 @@ from pathlib import Path
 from node.engine import make_router
 from node.engine.api import NS, Output, Router, TraceEvent, TraceType
 from node.engine.registry import negotiate
-from node.tracefile import EventEncoder
 from node.wire import Message, PeerId, rpc_size, seqno_bytes
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
 from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
+from orchestrator.sim_stats import SimStats
+from orchestrator.sim_traces import TraceSink
 
 INJECTOR_ID = b"injector"
 WARMUP_S = 3.0
-_TRACE_CHUNK_EVENTS = 250_000
 
 # Event kinds, in the order they are handled when times tie.
 _CONNECT, _RPC, _DISCONNECTED, _HEARTBEAT, _CHURN, _PUBLISH, _END = range(7)
@@ -73,95 +72,6 @@ class SimNode:
     @property
     def paused(self) -> bool:
         return self.life.process is Process.PAUSED
-
-
-@dataclass
-class SimStats:
-    """Counts in the reference simulator's terms."""
-
-    nodes: int = 0
-    messages: int = 0
-    publish: int = 0
-    deliver: int = 0
-    connect: int = 0
-    transmissions: int = 0
-    graft: int = 0
-    prune: int = 0
-    ihave: int = 0
-    iwant: int = 0
-    rpcs: int = 0
-    rpcs_lost: int = 0
-    expected_deliveries: int = 0
-    on_time_deliveries: int = 0
-    events: int = 0
-    latencies_ns: list[int] = field(default_factory=list)
-
-
-class TraceSink:
-    """Collects every node's trace events and appends them, encoded, to
-    traces/<node>.pb. Encoding costs about as much as simulating, so each
-    chunk of events is encoded by a forked child on the other core while the
-    simulation goes on: copy-on-write, nothing is pickled. The parent keeps a
-    chunk alive until its child has exited, so freeing it never copies shared
-    pages; a new child starts only after the previous one finished, so every
-    file is appended in order. Where fork is missing, chunks are encoded in
-    place."""
-
-    def __init__(self, trace_dir: Path, chunk_events: int = _TRACE_CHUNK_EVENTS) -> None:
-        self.dir = trace_dir
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.chunk_events = chunk_events
-        self._pending: dict[str, tuple[PeerId, list[TraceEvent]]] = {}
-        self._count = 0
-        self._child: int | None = None
-        self._in_child: dict[str, tuple[PeerId, list[TraceEvent]]] = {}
-
-    def write(self, node: str, peer_id: PeerId, events: Sequence[TraceEvent]) -> None:
-        entry = self._pending.get(node)
-        if entry is None:
-            entry = self._pending[node] = (peer_id, [])
-        entry[1].extend(events)
-        self._count += len(events)
-        if self._count >= self.chunk_events:
-            self._hand_off(background=hasattr(os, "fork"))
-
-    def close(self) -> None:
-        """Write out everything collected so far and wait for it."""
-        self._hand_off(background=False)
-
-    def _hand_off(self, background: bool) -> None:
-        self._wait()
-        pending, self._pending, self._count = self._pending, {}, 0
-        if not background:
-            _append_encoded(self.dir, pending)
-            return
-        pid = os.fork()
-        if pid == 0:  # the child only encodes and exits: no collector needed
-            gc.disable()
-            code = 1
-            try:
-                _append_encoded(self.dir, pending)
-                code = 0
-            finally:
-                os._exit(code)
-        self._child = pid
-        self._in_child = pending
-
-    def _wait(self) -> None:
-        if self._child is None:
-            return
-        _, status = os.waitpid(self._child, 0)
-        self._child = None
-        self._in_child = {}
-        if status != 0:
-            raise RuntimeError(f"the trace writer process failed (wait status {status})")
-
-
-def _append_encoded(trace_dir: Path, pending: dict[str, tuple[PeerId, list[TraceEvent]]]) -> None:
-    framed = EventEncoder().framed
-    for node, (peer_id, events) in pending.items():
-        with open(trace_dir / f"{node}.pb", "ab") as f:
-            f.write(b"".join([framed(ev, peer_id) for ev in events]))
 
 
 class Simulator:
