@@ -97,3 +97,18 @@ def docker_available() -> tuple[bool, str]:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text if len(text) < 300 else text[:300] + "..."
+
+
+def cgroup_memory(container_id: str) -> int | None:
+    """Bytes of memory a container uses, from its cgroup (v1 or v2); None
+    where the cgroup is not visible."""
+    for path in (
+        f"/sys/fs/cgroup/memory/docker/{container_id}/memory.usage_in_bytes",
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.current",
+        f"/sys/fs/cgroup/docker/{container_id}/memory.current",
+    ):
+        try:
+            return int(Path(path).read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return None

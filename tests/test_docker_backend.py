@@ -252,7 +252,7 @@ def test_unreachable_daemon_is_one_clear_error(monkeypatch, tmp_path):
 
 
 def test_capabilities_shape():
-    from orchestrator.docker_backend import _capabilities
+    from orchestrator.docker_netns import kernel_capabilities as _capabilities
 
     caps = _capabilities()
     assert caps.path in ("netem", "userspace+htb", "userspace")
