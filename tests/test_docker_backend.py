@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from node.config import LinkShape
+from orchestrator.backend import BackendContext
 from orchestrator.docker_util import LABEL_NODE, LABEL_RUN, LABEL_TESTBED
 from orchestrator.state import StateStore
 from tests.docker_fixtures import (  # noqa: F401 - fixtures
@@ -135,7 +136,7 @@ def test_partial_partition_with_iptables(docker_backends):
     assert _send(backend, "b", "a", 100, timeout=1) is None  # and b -> a
     assert _send(backend, "a", "c", 100)[0] == 100  # a -> c fine
     # healed from another process (a later CLI call): stateless
-    fresh = type(backend)(backend.testbed, backend.run_dir, image=backend.image)
+    fresh = type(backend)(BackendContext(backend.testbed, backend.run_dir, backend.store, options={"image": backend.image}))
     fresh.reconnect("a", ["b"])
     assert _send(backend, "a", "b", 100)[0] == 100
     # a restarted node comes back un-partitioned (the controller's model)
@@ -151,12 +152,12 @@ def test_fresh_process_churn_and_restart_while_disconnected(docker_backends):
     backend = docker_backends(entrypoint=SINK_ENTRYPOINT)
     _up(backend, ["a", "b"])
     ip = backend.ips["a"]
-    fresh = type(backend)(backend.testbed, backend.run_dir)  # knows nothing
+    fresh = type(backend)(BackendContext(backend.testbed, backend.run_dir, backend.store))  # knows nothing
     fresh.disconnect("a")
     assert not tcp_reachable(ip, 4001, timeout=0.5)
     fresh.kill("a")
     # started again while disconnected: it comes back on the network, same IP
-    again = type(backend)(backend.testbed, backend.run_dir)
+    again = type(backend)(BackendContext(backend.testbed, backend.run_dir, backend.store))
     again.start(sink_config(backend, "a", {n: backend.address(n) for n in "ab"}))
     assert again.ips["a"] == ip
     assert wait_for(lambda: tcp_reachable(ip, 4001))
@@ -239,7 +240,6 @@ def test_prepare_refuses_a_live_testbed_of_the_same_name(docker_backends):
 
 
 def test_unreachable_daemon_is_one_clear_error(monkeypatch, tmp_path):
-    from orchestrator.backend import BackendContext
     from orchestrator.docker_backend import DockerBackend
     from orchestrator.docker_util import docker_available
     from orchestrator.errors import BackendUnavailable
