@@ -154,7 +154,7 @@ class DockerBackend(NetnsMixin, Backend):
         if self.image is None:
             from orchestrator.image import ensure_image  # noqa: PLC0415
 
-            self.image = ensure_image(progress=self.reporter.note)
+            self.image = ensure_image(reporter=self.reporter)
         self._create_network(len(nodes))
         for node in nodes:
             self._allocate(node)

@@ -9,7 +9,6 @@ them, and nothing without them is ever removed.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,6 @@ LABEL_NODE = "gossip-testbed.node"
 # `testbed down --all` removes only its own state dir's objects, so a test
 # suite with its own TESTBED_STATE_DIR never touches a real testbed.
 LABEL_STATE = "gossip-testbed.state"
-
-Progress = Callable[[str], None] | None
-
-
-def say(progress: Progress, message: str) -> None:
-    if progress is not None:
-        progress(message)
-
 
 def cache_dir() -> Path:
     """$TESTBED_CACHE_DIR, else $XDG_CACHE_HOME/gossip-testbed, else

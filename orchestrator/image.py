@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.docker_util import LABEL, Progress, cache_dir, docker_client, say
+from orchestrator.docker_util import LABEL, cache_dir, docker_client
 from orchestrator.errors import InputError, TestbedError
 from orchestrator.image_base import SLIM, image_or_none, resolve_base
+from orchestrator.progress import Reporter
 
 IMAGE_REPO = "gossip-testbed/node"
 PYTHON_VERSION = "3.11"
@@ -80,32 +81,33 @@ class ImageInfo:
         }
 
 
-def ensure_image(progress: Progress = None, base: str = "auto") -> str:
+def ensure_image(reporter: Reporter | None = None, base: str = "auto") -> str:
     """The tag of an up-to-date router image, building it (and its base) when
     needed. Called by `testbed up` on first use."""
-    return build_image(base=base, progress=progress).tag
+    return build_image(base=base, reporter=reporter).tag
 
 
-def build_image(base: str = "auto", progress: Progress = None, client: Any = None) -> ImageInfo:
+def build_image(base: str = "auto", reporter: Reporter | None = None, client: Any = None) -> ImageInfo:
     if base not in BASES:
         raise InputError(f"--base must be one of {', '.join(BASES)}, not {base!r}")
+    reporter = reporter or Reporter()
     started = time.monotonic()
     own = client is None
     client = client or docker_client(timeout=600)
     try:
         with _lock("image"):
-            base_ref, base_id = resolve_base(client, base, progress)
+            base_ref, base_id = resolve_base(client, base, reporter)
             deps = runtime_requirements()
             dockerfile = DOCKERFILE.format(base=base_id, base_ref=base_ref)
             tag = f"{IMAGE_REPO}:{_content_hash(dockerfile, base_id, deps)}"
             existing = image_or_none(client, tag)
             if existing is not None:
-                say(progress, f"image {tag} is up to date")
+                reporter.note(f"image {tag} is up to date")
                 return _info(existing, tag, base_ref, base_id, False, started, deps)
-            site = _site_packages(deps, progress)
-            say(progress, f"building {tag} from {base_ref}")
-            image = _docker_build(client, dockerfile, site, tag, base_ref, progress)
-            _prune_old(client, keep=image.id, base_ref=base_ref, progress=progress)
+            site = _site_packages(deps, reporter)
+            reporter.note(f"building {tag} from {base_ref}")
+            image = _docker_build(client, dockerfile, site, tag, base_ref, reporter)
+            _prune_old(client, keep=image.id, base_ref=base_ref, reporter=reporter)
             return _info(image, tag, base_ref, base_id, True, started, deps)
     finally:
         if own:
@@ -188,18 +190,18 @@ def _pip_platforms() -> list[str]:
     return [f"manylinux_2_28_{arch}", f"manylinux2014_{arch}", f"manylinux_2_17_{arch}"]
 
 
-def _site_packages(deps: tuple[str, ...], progress: Progress) -> Path:
+def _site_packages(deps: tuple[str, ...], reporter: Reporter) -> Path:
     """The dependencies installed for the image's Python, cached by their pins."""
     key = hashlib.sha256(
         json.dumps([deps, _pip_platforms(), PYTHON_VERSION]).encode()
     ).hexdigest()[:16]
     root = cache_dir() / "site-packages" / key
     if (root / ".complete").exists():
-        say(progress, f"dependencies cached in {root}")
+        reporter.note(f"dependencies cached in {root}")
         return root
     shutil.rmtree(root, ignore_errors=True)
     root.parent.mkdir(parents=True, exist_ok=True)
-    say(progress, f"downloading wheels for the image: {' '.join(deps)}")
+    reporter.note(f"downloading wheels for the image: {' '.join(deps)}")
     cmd = [
         sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
         "--no-deps", "--no-compile", "--target", str(root), "--only-binary=:all:",
@@ -248,7 +250,7 @@ def _content_hash(dockerfile: str, base_id: str, deps: tuple[str, ...]) -> str:
 
 
 def _docker_build(client: Any, dockerfile: str, site: Path, tag: str, base_ref: str,
-                  progress: Progress) -> Any:
+                  reporter: Reporter) -> Any:
     with tempfile.TemporaryDirectory(prefix="gtb-image-", dir=cache_dir()) as tmp:
         ctx = Path(tmp)
         (ctx / "Dockerfile").write_text(dockerfile)
@@ -267,7 +269,7 @@ def _docker_build(client: Any, dockerfile: str, site: Path, tag: str, base_ref: 
                     if line:
                         log.append(line)
                         if line.startswith("Step "):
-                            say(progress, line)
+                            reporter.note(line)
                 if "error" in chunk:
                     error = chunk["error"].strip()
         except Exception as exc:
@@ -277,7 +279,7 @@ def _docker_build(client: Any, dockerfile: str, site: Path, tag: str, base_ref: 
     return client.images.get(tag)
 
 
-def _prune_old(client: Any, keep: str, base_ref: str, progress: Progress) -> None:
+def _prune_old(client: Any, keep: str, base_ref: str, reporter: Reporter) -> None:
     """Remove older router images on the same base that no container uses (a
     changed node/ makes a new tag each time)."""
     import docker.errors  # noqa: PLC0415
@@ -287,7 +289,7 @@ def _prune_old(client: Any, keep: str, base_ref: str, progress: Progress) -> Non
             continue
         try:
             client.images.remove(image.id, noprune=False)
-            say(progress, f"removed the older image {', '.join(image.tags) or image.short_id}")
+            reporter.note(f"removed the older image {', '.join(image.tags) or image.short_id}")
         except docker.errors.APIError:
             continue  # in use by a container (a running testbed): keep it
 

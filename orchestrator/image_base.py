@@ -21,8 +21,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from orchestrator.docker_util import LABEL, Progress, cache_dir, docker_client, say
+from orchestrator.docker_util import LABEL, cache_dir, docker_client
 from orchestrator.errors import BackendUnavailable, TestbedError
+from orchestrator.progress import Reporter
 
 BASE_REPO = "gossip-testbed/base"
 SLIM = "python:3.11-slim"
@@ -55,7 +56,7 @@ def debootstrap_base_tag() -> str:
     return f"{BASE_REPO}:{DEBIAN_SUITE}-{key}"
 
 
-def resolve_base(client: Any, base: str, progress: Progress) -> tuple[str, str]:
+def resolve_base(client: Any, base: str, reporter: Reporter) -> tuple[str, str]:
     """(reference, image id) of the base to build on."""
     tried: list[str] = []
     if base in ("auto", SLIM):
@@ -68,7 +69,7 @@ def resolve_base(client: Any, base: str, progress: Progress) -> tuple[str, str]:
         if image is not None:
             return debootstrap_base_tag(), image.id
     if base in ("auto", SLIM):
-        say(progress, f"pulling {SLIM} (timeout {PULL_TIMEOUT_S:.0f}s)")
+        reporter.note(f"pulling {SLIM} (timeout {PULL_TIMEOUT_S:.0f}s)")
         ok, why = _pull_with_timeout(SLIM, PULL_TIMEOUT_S)
         if ok:
             return SLIM, client.images.get(SLIM).id
@@ -79,7 +80,7 @@ def resolve_base(client: Any, base: str, progress: Progress) -> tuple[str, str]:
                 + " (use --base debootstrap to bootstrap one from Debian's packages)"
             )
     try:
-        return debootstrap_base_tag(), _debootstrap_base(client, progress)
+        return debootstrap_base_tag(), _debootstrap_base(client, reporter)
     except TestbedError as exc:
         tried.append(str(exc))
         raise BackendUnavailable(
@@ -115,12 +116,12 @@ def _pull_with_timeout(ref: str, timeout: float) -> tuple[bool, str]:
     return False, box.get("error", "unknown error")
 
 
-def _debootstrap_base(client: Any, progress: Progress) -> str:
+def _debootstrap_base(client: Any, reporter: Reporter) -> str:
     tag = debootstrap_base_tag()
     tarball = cache_dir() / "base" / f"{tag.split(':', 1)[1]}.tar"
     if not tarball.exists():
-        _debootstrap_tarball(tarball, progress)
-    say(progress, f"importing {tarball.name} as {tag}")
+        _debootstrap_tarball(tarball, reporter)
+    reporter.note(f"importing {tarball.name} as {tag}")
     repo, _, version = tag.partition(":")
     try:
         client.api.import_image(
@@ -135,7 +136,7 @@ def _debootstrap_base(client: Any, progress: Progress) -> str:
     return image.id
 
 
-def _debootstrap_tarball(tarball: Path, progress: Progress) -> None:
+def _debootstrap_tarball(tarball: Path, reporter: Reporter) -> None:
     exe = shutil.which("debootstrap") or next(
         (p for p in ("/usr/sbin/debootstrap", "/sbin/debootstrap") if Path(p).exists()), None
     )
@@ -148,7 +149,7 @@ def _debootstrap_tarball(tarball: Path, progress: Progress) -> None:
         rootfs = Path(tmp) / "rootfs"
         cmd = [exe, "--variant=minbase", "--include=" + ",".join(DEBIAN_INCLUDE),
                DEBIAN_SUITE, str(rootfs), DEBIAN_MIRROR]
-        say(progress, f"debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR} (about a minute)")
+        reporter.note(f"debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR} (about a minute)")
         tail: list[str] = []
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
@@ -158,14 +159,14 @@ def _debootstrap_tarball(tarball: Path, progress: Progress) -> None:
             if line.startswith("I: ") and any(w in line for w in ("Retrieving", "Validating", "Installing", "Configuring", "Extracting", "Unpacking", "Base system")):
                 if "Retrieving" in line or "Validating" in line:
                     continue  # hundreds of these
-                say(progress, "debootstrap: " + line[3:])
+                reporter.note("debootstrap: " + line[3:])
         if proc.wait() != 0:
             raise TestbedError(
                 f"debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR} failed (exit {proc.returncode}):\n"
                 + "\n".join(tail)
             )
         _trim_rootfs(rootfs)
-        say(progress, f"packing the rootfs into {tarball}")
+        reporter.note(f"packing the rootfs into {tarball}")
         partial = tarball.with_suffix(".tar.partial")
         result = subprocess.run(
             ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(partial), "."],
