@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.spark_fixtures import requires_java
 from tests.test_exit_codes import no_java_env, with_expectations
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,3 +53,13 @@ def test_sim_whose_expectations_cannot_be_checked_still_prints_one_document(tmp_
 def test_status_and_down_with_nothing_up(env):
     assert one_document("status", "--json", env=env) == []
     assert one_document("down", "--all", "--json", env=env) == {"removed": []}
+
+
+@requires_java
+@pytest.mark.spark
+def test_sim_with_analysis_puts_reports_and_expectations_in_the_same_document(tmp_path):
+    path = with_expectations(tmp_path, "delivery_ratio >= 0.5")
+    doc = one_document("sim", str(path), "--out", str(tmp_path / "run"), "--json")
+    assert doc["reports"] == [str(tmp_path / "run" / "report.html")]
+    (results,) = doc["expectations"].values()
+    assert [r["passed"] for r in results] == [True] and doc["analysis_skipped"] is None
