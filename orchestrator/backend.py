@@ -92,6 +92,7 @@ class Backend(ABC):
         self.run_dir = Path(ctx.run_dir).resolve()
         self.store = ctx.store
         self.reporter = ctx.reporter
+        self._control_clients: dict[str, ControlClient] = {}
 
     def set_resources(self, node: str, memory: str | None = None, cpus: float | None = None) -> None:
         """Memory (e.g. "256m") and CPU limits for a node, before `prepare`.
@@ -118,13 +119,18 @@ class Backend(ABC):
 
     def control_client(self, node: str) -> ControlClient:
         """How the orchestrator reaches a node's control endpoint: by default
-        straight to the address recorded in the state store. A backend whose
+        straight to the address recorded in the state store (a node keeps its
+        address for the testbed's life, so it is read once). A backend whose
         nodes sit behind a port forward or a remote engine overrides this."""
-        record = self.store.load(self.testbed) or {}
-        entry = (record.get("nodes") or {}).get(node) or {}
-        if "control_host" not in entry:
-            raise TestbedError(f"{node}: no control address recorded")
-        return ControlClient(entry["control_host"], entry["control_port"], record.get("token", ""))
+        client = self._control_clients.get(node)
+        if client is None:
+            record = self.store.load(self.testbed) or {}
+            entry = (record.get("nodes") or {}).get(node) or {}
+            if "control_host" not in entry:
+                raise TestbedError(f"{node}: no control address recorded")
+            client = ControlClient(entry["control_host"], entry["control_port"], record.get("token", ""))
+            self._control_clients[node] = client
+        return client
 
     @abstractmethod
     def stop(self, node: str) -> None:
