@@ -75,6 +75,13 @@ class Call(str, enum.Enum):
     UNSUBSCRIBE = "unsubscribe"
 
 
+# The verb that undoes each undoable verb (a timeline entry's `for`, the end
+# of a steady-churn down time).
+UNDO: dict[Verb, Verb] = {
+    Verb.KILL: Verb.START, Verb.STOP: Verb.START, Verb.PAUSE: Verb.UNPAUSE,
+    Verb.DISCONNECT: Verb.RECONNECT, Verb.LEAVE: Verb.JOIN,
+}
+
 _R, _P, _S = Process.RUNNING, Process.PAUSED, Process.STOPPED
 
 # (state, verb) -> the calls in order, each with the state it leaves the node

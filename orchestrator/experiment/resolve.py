@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from orchestrator import graphs
 from orchestrator.experiment.model import ChurnAction, NodeSpec, Publish, ResolvedExperiment
-from orchestrator.experiment.spec import UNDO, Experiment, Selector, TimelineEntry, half_up
-from orchestrator.lifecycle import NodeLife, Verb, needs, transition, why_not
+from orchestrator.experiment.spec import Experiment, Selector, TimelineEntry, half_up
+from orchestrator.lifecycle import UNDO, NodeLife, Verb, needs, transition, why_not
 from orchestrator.links import Constant, PairLinks, Regions, Uniform
 
 MAX_OVERLAY_DRAWS = 100
@@ -188,7 +188,7 @@ class _Resolver:
                 action = self.occurrence(t, i, k, entry)
                 if entry.for_ is not None:
                     undo = ChurnAction(
-                        at=round(t + entry.for_, 9), action=UNDO[action.action], nodes=action.nodes,  # type: ignore[arg-type]
+                        at=round(t + entry.for_, 9), action=UNDO[Verb(action.action)].value, nodes=action.nodes,  # type: ignore[arg-type]
                         topic=action.topic, peers=action.peers, source=f"{action.source} (for {entry.for_:g}s)",
                     )
                     push(undo.at, "undo", (undo, entry))
@@ -323,7 +323,7 @@ class _Resolver:
         chosen = sorted(rng.sample(candidates, want), key=self.index.__getitem__)
         self.steady_nodes = chosen
         until = s.until if s.until is not None else (self.exp.duration if self.exp.duration is not None else last_publish)
-        up_verb = UNDO[s.action]
+        up_verb = UNDO[Verb(s.action)].value
         out: list[ChurnAction] = []
         for n in chosen:
             nrng = derive_rng(self.seed, "steady", n)
