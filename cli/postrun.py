@@ -1,10 +1,12 @@
 """What `testbed sim` and `testbed run` share around the run itself: planning
 the runs of a file (one, or one per variant, each in its own run directory
 under a common parent), and afterwards analysing each run, writing its
-report.html (plus a side-by-side comparison for variants), checking the
-experiment's expectations and exiting 1 when one fails. A machine without Java
-keeps its run directories; analysis is skipped with a clear warning, or, when
-the experiment has expectations that could not be checked, exits 3."""
+report.html (plus a side-by-side comparison for variants) and collecting the
+experiment's expectations into an `Outcome`. The command prints the outcome
+(one JSON document with --json) and then exits as it says: 1 when an
+expectation failed; on a machine without Java the run directories stay,
+analysis is skipped with a clear warning, or exit 3 when the experiment has
+expectations that could not be checked."""
 
 from __future__ import annotations
 
