@@ -40,6 +40,7 @@ from node.trace_vocab import (
     REJECT,
     REMOVE_PEER,
     SEND_RPC,
+    RunEvent,
 )
 
 NS = 1_000_000_000
@@ -120,10 +121,10 @@ def down_intervals(
             kind, node = ev.get("kind"), ev.get("node")
             if not node:
                 continue
-            if kind == "node_down":
+            if kind == RunEvent.NODE_DOWN:
                 open_since.setdefault(node, int(ev["t_ns"]))
                 resets.append((node, int(ev["t_ns"])))
-            elif kind == "node_up" and node in open_since:
+            elif kind == RunEvent.NODE_UP and node in open_since:
                 down.append((node, open_since.pop(node), int(ev["t_ns"])))
         down.extend((node, start, INF) for node, start in open_since.items())
     else:
@@ -305,9 +306,9 @@ def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
     trace_end = int(per_node["last_ts"].max()) if len(per_node) else 0
     t0 = run.manifest.get("t0_ns")
     if t0 is None:
-        starts = [e["t_ns"] for e in run.events if e.get("kind") == "run_start"]
+        starts = [e["t_ns"] for e in run.events if e.get("kind") == RunEvent.RUN_START]
         t0 = starts[0] if starts else trace_t0
-    ends = [e["t_ns"] for e in run.events if e.get("kind") == "run_end"]
+    ends = [e["t_ns"] for e in run.events if e.get("kind") == RunEvent.RUN_END]
     t_end = max([trace_end, *ends])
     ctx = Context(
         t0=int(t0),
@@ -316,8 +317,8 @@ def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
         subscriptions=subs,
         down=down,
         resets=resets,
-        churn=[e for e in run.events if e.get("kind") == "churn"],
-        publishes=[e for e in run.events if e.get("kind") == "publish" and e.get("message_id")],
+        churn=[e for e in run.events if e.get("kind") == RunEvent.CHURN],
+        publishes=[e for e in run.events if e.get("kind") == RunEvent.PUBLISH and e.get("message_id")],
     )
     return ctx, per_node
 

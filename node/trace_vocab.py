@@ -4,11 +4,13 @@ and the analysis (analysis/). The numbers are go-libp2p-pubsub's
 TraceEvent.Type (trace.proto), so our traces and go's mean the same.
 
 `TraceType` is the enum; the plain-int names below are the same numbers for
-hot loops and Spark column expressions, where an int compares fastest."""
+hot loops and Spark column expressions, where an int compares fastest.
+`RunEvent` names the kinds of the run log (events.jsonl) that goes beside
+the traces."""
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 
 class TraceType(IntEnum):
@@ -42,3 +44,19 @@ JOIN: int = TraceType.JOIN.value
 LEAVE: int = TraceType.LEAVE.value
 GRAFT: int = TraceType.GRAFT.value
 PRUNE: int = TraceType.PRUNE.value
+
+
+class RunEvent(StrEnum):
+    """The kinds of the run log, events.jsonl (docs/architecture.md): what
+    the orchestrator and the simulator write and the analysis reads beside
+    the traces."""
+
+    RUN_START = "run_start"
+    RUN_END = "run_end"
+    ALL_UP = "all_up"
+    PUBLISH = "publish"
+    CHURN = "churn"
+    NODE_DOWN = "node_down"
+    NODE_UP = "node_up"
+    WARNING = "warning"
+    QUIET = "quiet"

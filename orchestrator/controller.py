@@ -32,6 +32,7 @@ from typing import Any
 
 from node.config import NodeConfig
 from node.engine.registry import ROUTERS
+from node.trace_vocab import RunEvent
 from orchestrator.backend import Backend, BackendContext, ShapingCapabilities
 from orchestrator.backends import backend_class, make_backend
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
@@ -172,7 +173,7 @@ class Controller:
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
-        self.event("warning", message=message)
+        self.event(RunEvent.WARNING, message=message)
         self.reporter.note(f"[yellow]warning:[/] {message}")
 
     # up
@@ -183,7 +184,7 @@ class Controller:
         names = [n.name for n in resolved.nodes]
         self.t0_ns = time.time_ns()
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        self.event("run_start")
+        self.event(RunEvent.RUN_START)
         for spec in resolved.nodes:
             if spec.memory or spec.cpus:
                 self.backend.set_resources(spec.name, spec.memory, spec.cpus)
@@ -224,7 +225,7 @@ class Controller:
                 self.backend.apply_kernel_shaping(name, per_peer, uplink)
         timeout = ready_timeout if ready_timeout is not None else 30.0 + 0.3 * len(names)
         self.readiness.wait(names, timeout, self.reporter)
-        self.event("all_up", nodes=len(names))
+        self.event(RunEvent.ALL_UP, nodes=len(names))
         self._set_status("up", up_at_ns=time.time_ns())
         self.write_manifest(final=False)
 
@@ -254,7 +255,7 @@ class Controller:
                 self._warn(f"linger: auto: the network was still busy at the linger bound "
                            f"({resolved.end_time():g} s after the start of the workload)")
             else:
-                self.event("quiet", after_s=took)
+                self.event(RunEvent.QUIET, after_s=took)
         else:
             sleep_until(end_ns)
         self.drain_churn()
@@ -270,7 +271,7 @@ class Controller:
             raise InputError(f"churn {action.action}: unknown node(s) {', '.join(unknown)}")
         check_capabilities(self.backend, {action.action})
         self.event(
-            "churn", action=action.action, nodes=list(action.nodes),
+            RunEvent.CHURN, action=action.action, nodes=list(action.nodes),
             **({"topic": action.topic} if action.topic else {}),
             **({"peers": list(action.peers)} if action.peers else {}),
         )
@@ -355,7 +356,7 @@ class Controller:
         self.drain_churn()
         self._pool.shutdown(wait=True)
         lags = {n: s.get("lag", {}) for n, s in self.node_statuses().items() if s}
-        self.event("run_end")
+        self.event(RunEvent.RUN_END)
         with self.reporter.phase("stopping nodes and collecting traces", len(self.nodes)) as advance:
             for name, st in self.nodes.items():
                 if st.life.process is Process.PAUSED:

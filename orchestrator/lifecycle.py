@@ -36,6 +36,8 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from node.trace_vocab import RunEvent
+
 
 class Verb(str, enum.Enum):
     """The churn verbs, as experiment files and `testbed churn` spell them."""
@@ -156,7 +158,7 @@ class NodeLife:
 class LifeEvent:
     """node_down or node_up, as events.jsonl records them."""
 
-    kind: str
+    kind: RunEvent
     cause: str
 
 
@@ -276,7 +278,7 @@ def transition(life: NodeLife, verb: Verb, topic: str | None = None, peers: Iter
 def _step(call: Call, before: NodeLife, after: NodeLife, cause: str) -> Step:
     """The call, with node_down or node_up when it changes reachability."""
     if before.reachable and not after.reachable:
-        return Step(call, after, (LifeEvent("node_down", cause),))
+        return Step(call, after, (LifeEvent(RunEvent.NODE_DOWN, cause),))
     if after.reachable and not before.reachable:
-        return Step(call, after, (LifeEvent("node_up", cause),))
+        return Step(call, after, (LifeEvent(RunEvent.NODE_UP, cause),))
     return Step(call, after)

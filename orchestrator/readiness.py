@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from node.engine.registry import ROUTERS
+from node.trace_vocab import RunEvent
 from orchestrator.backend import Backend
 from orchestrator.errors import TestbedError
 from orchestrator.nodestate import NodeState
@@ -114,7 +115,7 @@ class Readiness:
                 missing = sorted(self.expected_peers(n) - set(last[n].get("peers", [])))
                 desc.append(f"{n} (missing {', '.join(missing[:5])})")
             parts.append(f"not connected: {'; '.join(desc)}")
-        self.event("warning", message="nodes never came up: " + "; ".join(parts))
+        self.event(RunEvent.WARNING, message="nodes never came up: " + "; ".join(parts))
         raise TestbedError(f"{len(pending)} node(s) never came up: " + "; ".join(parts))
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from node.engine import make_router
 from node.engine.api import NS, Output, Router, TraceEvent, TraceType
 from node.engine.registry import negotiate
+from node.trace_vocab import RunEvent
 from node.wire import Message, PeerId, rpc_size, seqno_bytes
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
@@ -130,11 +131,11 @@ class Simulator:
             self._push(self.warmup + round(action.at * NS), _CHURN, action)
         end = self.end_time()
         self._push(end, _END)
-        self.log_event(0, "run_start")
-        self.log_event(self.warmup, "all_up", nodes=len(self.nodes))
+        self.log_event(0, RunEvent.RUN_START)
+        self.log_event(self.warmup, RunEvent.ALL_UP, nodes=len(self.nodes))
         with _quiet_gc():
             self._loop(end, advance)
-        self.log_event(self.now, "run_end")
+        self.log_event(self.now, RunEvent.RUN_END)
         self.sink.close()
         self._count_expected()
         return self.stats
@@ -336,7 +337,7 @@ class Simulator:
         via = [self.nodes[n] for n in p.via]
         live = [n for n in via if n.life.reachable]
         if not live:
-            self.log_event(self.now, "warning", message=f"message {p.seq}: no live publisher among {list(p.via)}; skipped")
+            self.log_event(self.now, RunEvent.WARNING, message=f"message {p.seq}: no live publisher among {list(p.via)}; skipped")
             return
         if p.publisher is not None:
             node = live[0]
@@ -358,7 +359,7 @@ class Simulator:
         }
         self._expected[mid] = (self.now, expected)
         self.log_event(
-            self.now, "publish", node=p.publisher, via=[n.name for n in live], topic=p.topic,
+            self.now, RunEvent.PUBLISH, node=p.publisher, via=[n.name for n in live], topic=p.topic,
             message_id=mid.hex(), size=p.size, seq=p.seq,
         )
 
@@ -378,7 +379,7 @@ class Simulator:
 
     def _on_churn(self, action: ChurnAction) -> None:
         self.log_event(
-            self.now, "churn", action=action.action, nodes=list(action.nodes),
+            self.now, RunEvent.CHURN, action=action.action, nodes=list(action.nodes),
             **({"topic": action.topic} if action.topic else {}),
             **({"peers": list(action.peers)} if action.peers else {}),
         )
@@ -390,7 +391,7 @@ class Simulator:
         try:
             change = transition(node.life, Verb(action.action), action.topic, action.peers)
         except Ineligible as exc:
-            self.log_event(self.now, "warning", message=f"churn {action.action} on {node.name} skipped: {exc}")
+            self.log_event(self.now, RunEvent.WARNING, message=f"churn {action.action} on {node.name} skipped: {exc}")
             return
         peers = set(action.peers) if action.peers else None
         for step in change.steps:

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from node.runtime.client import ControlError
+from node.trace_vocab import RunEvent
 from orchestrator.backend import Backend
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.nodestate import NodeState
@@ -64,7 +65,7 @@ def publish(
         handed.append(node)
     if not handed:
         return None
-    writer.event(t, "publish", node=p.publisher, via=handed, topic=p.topic, message_id=mid, size=p.size, seq=p.seq)
+    writer.event(t, RunEvent.PUBLISH, node=p.publisher, via=handed, topic=p.topic, message_id=mid, size=p.size, seq=p.seq)
     return mid
 
 
