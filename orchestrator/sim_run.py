@@ -39,8 +39,9 @@ def run_simulation(
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     wall0 = time.perf_counter()
     sim = Simulator(resolved, run_dir / "traces", writer.event, WARMUP_S)
-    with reporter.phase(f"simulating {resolved.name}: {len(resolved.nodes)} nodes", sim.end_time()) as advance:
-        stats = sim.run(advance)
+    end = sim.end_time()
+    with reporter.phase(f"simulating {resolved.name}: {len(resolved.nodes)} nodes", 100) as advance:  # percent
+        stats = sim.run(lambda ns: advance(ns * 100 / end))
     wall = time.perf_counter() - wall0
     summary = summarize(stats, wall, sim.now / NS)
     writer.write_manifest(build_manifest(
