@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from node.engine.api import NS
+from node.trace_vocab import RunEvent
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.manifest import build_manifest
 from orchestrator.progress import Reporter
@@ -38,7 +39,14 @@ def run_simulation(
     writer.write_topology(resolved)
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     wall0 = time.perf_counter()
-    sim = Simulator(resolved, run_dir / "traces", writer.event, WARMUP_S)
+    warnings: list[str] = []
+
+    def log_event(t_ns: int, kind: str, **fields: Any) -> None:
+        if kind == RunEvent.WARNING:  # skipped messages and churn: the manifest says so too
+            warnings.append(fields["message"])
+        writer.event(t_ns, kind, **fields)
+
+    sim = Simulator(resolved, run_dir / "traces", log_event, WARMUP_S)
     end = sim.end_time()
     with reporter.phase(f"simulating {resolved.name}: {len(resolved.nodes)} nodes", 100) as advance:  # percent
         stats = sim.run(lambda ns: advance(ns * 100 / end))
@@ -48,7 +56,7 @@ def run_simulation(
         backend="sim", experiment=resolved.source, name=resolved.name, seed=resolved.seed, clock="virtual",
         t0_ns=0, workload_t0_ns=sim.warmup, started_at=started_at, shaping_path="virtual", netem_available=None,
         shaping_detail="latency, jitter, loss and uplink serialization modelled by the simulator",
-        nodes=len(resolved.nodes), warnings=[], wall_time_s=round(wall, 3), events_processed=stats.events,
+        nodes=len(resolved.nodes), warnings=warnings, wall_time_s=round(wall, 3), events_processed=stats.events,
         python=platform.python_version(), sim_summary=summary,
     ))
     writer.close()

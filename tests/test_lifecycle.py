@@ -9,6 +9,7 @@ The two questions the copies used to disagree on:
 
 from __future__ import annotations
 
+import json
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,6 +35,7 @@ from orchestrator.lifecycle import (
     why_not,
 )
 from orchestrator.nodestate import NodeState
+from orchestrator.sim_run import run_simulation
 from orchestrator.simulator import Simulator
 from orchestrator.state import StateStore
 from orchestrator.workload import publish
@@ -259,6 +261,9 @@ def test_simulator_does_not_publish_through_a_disconnected_node(tmp_path):
     events = simulate(tmp_path, exp)
     assert [f["seq"] for kind, f in events if kind == "publish"] == [0]
     assert any(kind == "warning" and "message 1: no live publisher" in f["message"] for kind, f in events)
+    run_simulation(exp, "name: life\n", tmp_path / "run")
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["warnings"] == ["message 1: no live publisher among ['n0']; skipped"]
 
 
 def test_controller_does_not_publish_through_a_disconnected_node(tmp_path):
