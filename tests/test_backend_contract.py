@@ -96,3 +96,11 @@ def test_registry_rejects_what_is_not_a_backend(monkeypatch):
         backends.register_backend("bad", "no-colon")
     backends.register_backend("fake", "tests.fake_backend:FakeBackend")
     assert issubclass(backends.backend_class("fake"), Backend)
+
+
+def test_an_unknown_backend_is_bad_input(tmp_path):
+    path = tmp_path / "fake.yaml"
+    path.write_text(EXPERIMENT.format(churn=""))
+    out = subprocess.run([TESTBED, "run", str(path), "--backend", "nosuch"], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "TESTBED_STATE_DIR": str(tmp_path / "state")})
+    assert out.returncode == 2 and "process" in out.stderr and "docker" in out.stderr, out.stderr
