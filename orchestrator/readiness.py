@@ -46,7 +46,8 @@ class Readiness:
         st = self.nodes[name]
         if not st.mesh_low:
             return True
-        any_topic = _kind_says(st.router, "mesh_any_topic")
+        kind = ROUTERS.get(st.router)
+        any_topic = kind is not None and kind.mesh_any_topic
         peers = set(status.get("peers", []))
         mesh = status.get("mesh", {})
         for topic in st.topics:
@@ -54,7 +55,7 @@ class Readiness:
                 return False
             candidates = [
                 p for p in peers
-                if p in self.nodes and _kind_says(self.nodes[p].router, "meshes")
+                if p in self.nodes and _meshes(self.nodes[p].router)
                 and (any_topic or topic in self.nodes[p].topics)
             ]
             if len(mesh[topic]) < min(st.mesh_low, len(candidates)):
@@ -119,6 +120,6 @@ class Readiness:
         raise TestbedError(f"{len(pending)} node(s) never came up: " + "; ".join(parts))
 
 
-def _kind_says(router: str, fact: str) -> bool:
+def _meshes(router: str) -> bool:
     kind = ROUTERS.get(router)
-    return bool(kind is not None and getattr(kind, fact))
+    return kind is not None and kind.meshes
