@@ -88,10 +88,6 @@ def load_summary(run_dir: str | Path) -> dict[str, Any] | None:
     return json.loads(path.read_text())
 
 
-def expectations_of(run_dir: str | Path) -> list[str]:
-    return open_run_dir(run_dir).expectations()
-
-
 def write_report(run_dirs: list[str | Path], out_path: str | Path, spark_master: str | None = None) -> Path:
     """One self-contained HTML report for one or several runs; runs whose
     metrics are missing are analysed first."""
@@ -107,7 +103,3 @@ def write_report(run_dirs: list[str | Path], out_path: str | Path, spark_master:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_report(runs), encoding="utf-8")
     return out
-
-
-def clean_ingest(run_dir: str | Path) -> None:
-    shutil.rmtree(Path(run_dir) / "metrics" / "_events", ignore_errors=True)

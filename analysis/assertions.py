@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from orchestrator.errors import InputError
+from node.errors import InputError
 
 OPS = {
     "<=": operator.le,

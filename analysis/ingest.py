@@ -30,7 +30,22 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from orchestrator.errors import InputError
+from node.errors import InputError
+from node.trace_vocab import (
+    ADD_PEER,
+    DELIVER,
+    DROP_RPC,
+    DUPLICATE,
+    GRAFT,
+    JOIN,
+    LEAVE,
+    PRUNE,
+    PUBLISH,
+    RECV_RPC,
+    REJECT,
+    REMOVE_PEER,
+    SEND_RPC,
+)
 
 PB_SUFFIXES = (".pb",)
 JSON_SUFFIXES = (".json", ".jsonl")
@@ -181,20 +196,20 @@ def decode_file(path: Path, out_path: Path, default_node: str | None = None) -> 
         a_ts.append(ev.timestamp)
         a_seq.append(total)
         msg = topic = peer = size = None
-        if t == 3:
+        if t == DELIVER:
             sub = ev.deliverMessage
             msg, topic, peer = sub.messageID.hex(), sub.topic, names(sub.receivedFrom)
-        elif t == 2:
+        elif t == DUPLICATE:
             sub = ev.duplicateMessage
             msg, topic, peer = sub.messageID.hex(), sub.topic, names(sub.receivedFrom)
-        elif t == 0:
+        elif t == PUBLISH:
             sub = ev.publishMessage
             msg, topic = sub.messageID.hex(), sub.topic
-        elif 6 <= t <= 8:
-            if t == 7:
+        elif RECV_RPC <= t <= DROP_RPC:
+            if t == SEND_RPC:
                 sub = ev.sendRPC
                 peer = names(sub.sendTo)
-            elif t == 6:
+            elif t == RECV_RPC:
                 sub = ev.recvRPC
                 peer = names(sub.receivedFrom)
             else:
@@ -229,21 +244,21 @@ def decode_file(path: Path, out_path: Path, default_node: str | None = None) -> 
             if len(a_ts) >= ROW_GROUP:
                 flush()
             continue
-        elif t == 11:
+        elif t == GRAFT:
             sub = ev.graft
             topic, peer = sub.topic, names(sub.peerID)
-        elif t == 12:
+        elif t == PRUNE:
             sub = ev.prune
             topic, peer = sub.topic, names(sub.peerID)
-        elif t == 9:
+        elif t == JOIN:
             topic = ev.join.topic
-        elif t == 10:
+        elif t == LEAVE:
             topic = ev.leave.topic
-        elif t == 4:
+        elif t == ADD_PEER:
             peer = names(ev.addPeer.peerID)
-        elif t == 5:
+        elif t == REMOVE_PEER:
             peer = names(ev.removePeer.peerID)
-        elif t == 1:
+        elif t == REJECT:
             sub = ev.rejectMessage
             msg, topic, peer = sub.messageID.hex(), sub.topic, names(sub.receivedFrom)
         a_msg.append(msg)

@@ -26,15 +26,27 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.rundir import RunDir
+from node.trace_vocab import (
+    ADD_PEER,
+    DELIVER,
+    DROP_RPC,
+    DUPLICATE,
+    GRAFT,
+    JOIN,
+    LEAVE,
+    PRUNE,
+    PUBLISH,
+    RECV_RPC,
+    REJECT,
+    REMOVE_PEER,
+    SEND_RPC,
+    RunEvent,
+)
 
 NS = 1_000_000_000
 INF = 1 << 62  # "never" on the run's nanosecond clock
 NEG_INF = -(1 << 62)
 
-# TraceEvent types (go-libp2p-pubsub numbers)
-PUBLISH, REJECT, DUPLICATE, DELIVER = 0, 1, 2, 3
-ADD_PEER, REMOVE_PEER, RECV_RPC, SEND_RPC, DROP_RPC = 4, 5, 6, 7, 8
-JOIN, LEAVE, GRAFT, PRUNE = 9, 10, 11, 12
 
 CDF_POINTS = [i / 100 for i in range(101)]
 PRE_EVENT_WINDOW_NS = 10 * NS  # the pre-event delivery level is taken over this window
@@ -109,10 +121,10 @@ def down_intervals(
             kind, node = ev.get("kind"), ev.get("node")
             if not node:
                 continue
-            if kind == "node_down":
+            if kind == RunEvent.NODE_DOWN:
                 open_since.setdefault(node, int(ev["t_ns"]))
                 resets.append((node, int(ev["t_ns"])))
-            elif kind == "node_up" and node in open_since:
+            elif kind == RunEvent.NODE_UP and node in open_since:
                 down.append((node, open_since.pop(node), int(ev["t_ns"])))
         down.extend((node, start, INF) for node, start in open_since.items())
     else:
@@ -294,9 +306,9 @@ def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
     trace_end = int(per_node["last_ts"].max()) if len(per_node) else 0
     t0 = run.manifest.get("t0_ns")
     if t0 is None:
-        starts = [e["t_ns"] for e in run.events if e.get("kind") == "run_start"]
+        starts = [e["t_ns"] for e in run.events if e.get("kind") == RunEvent.RUN_START]
         t0 = starts[0] if starts else trace_t0
-    ends = [e["t_ns"] for e in run.events if e.get("kind") == "run_end"]
+    ends = [e["t_ns"] for e in run.events if e.get("kind") == RunEvent.RUN_END]
     t_end = max([trace_end, *ends])
     ctx = Context(
         t0=int(t0),
@@ -305,8 +317,8 @@ def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
         subscriptions=subs,
         down=down,
         resets=resets,
-        churn=[e for e in run.events if e.get("kind") == "churn"],
-        publishes=[e for e in run.events if e.get("kind") == "publish" and e.get("message_id")],
+        churn=[e for e in run.events if e.get("kind") == RunEvent.CHURN],
+        publishes=[e for e in run.events if e.get("kind") == RunEvent.PUBLISH and e.get("message_id")],
     )
     return ctx, per_node
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import html
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from analysis.rundir import RunDir
+from node.trace_vocab import RunEvent
 
 PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563"]
 W, H = 560, 260
@@ -236,7 +236,7 @@ def _load(run: RunDir) -> dict[str, Any]:
 def _churn_marks(run: RunDir, t0: int) -> list[tuple[float, str]]:
     marks = []
     for e in run.events:
-        if e.get("kind") == "churn":
+        if e.get("kind") == RunEvent.CHURN:
             nodes = e.get("nodes") or []
             who = ",".join(nodes[:3]) + ("…" if len(nodes) > 3 else "")
             marks.append(((e["t_ns"] - t0) / 1e9, f"{e.get('action')} {who}".strip()))
@@ -260,7 +260,7 @@ def _banners(d: dict[str, Any]) -> str:
             f"{esc(shaping.get('detail') or '')}</div>"
         )
     warnings = list(m.get("warnings") or []) + [
-        e.get("message", "") for e in run.events if e.get("kind") == "warning"
+        e.get("message", "") for e in run.events if e.get("kind") == RunEvent.WARNING
     ]
     for w in warnings:
         lag = "lag" in str(w).lower()
@@ -585,7 +585,3 @@ def render_report(runs: list[RunDir]) -> str:
         "resources · metric definitions in docs/metrics.md</footer></main>"
         f"<div id='readout'></div><script>{JS}</script></body></html>"
     )
-
-
-def report_path_default(run_dirs: list[Path]) -> Path:
-    return run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html")

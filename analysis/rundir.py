@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from analysis.ingest import JSON_SUFFIXES, PB_SUFFIXES, trace_files
-from orchestrator.errors import InputError
+from node.errors import InputError
 
 
 # files of a run directory that are not traces, though their suffix says JSON

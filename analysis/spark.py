@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.errors import BackendUnavailable
+from node.errors import BackendUnavailable
 
 _LOG4J_TEXT = """\
 # Spark's log output while the analysis runs: errors only, on stderr.
@@ -133,19 +133,12 @@ def get_spark(master: str | None = None, small: bool = False):
     return spark
 
 
-def stop_spark() -> None:
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()
-
-
 def start_seconds() -> float:
     """Seconds from no session to one that has run a job, then stopped: what a
     small analysis pays before its first metric (`testbed doctor --spark`)."""
     started = time.monotonic()
-    get_spark(small=True).range(1).count()
+    spark = get_spark(small=True)
+    spark.range(1).count()
     elapsed = time.monotonic() - started
-    stop_spark()
+    spark.stop()
     return elapsed

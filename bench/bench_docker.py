@@ -25,8 +25,10 @@ from node.config import NodeConfig, PeerAddress  # noqa: E402
 from node.proto import trace_pb2  # noqa: E402
 from node.runtime.client import ControlClient  # noqa: E402
 from node.tracefile import read_trace  # noqa: E402
+from orchestrator.backend import BackendContext  # noqa: E402
 from orchestrator.docker_backend import DockerBackend  # noqa: E402
 from orchestrator.image import ensure_image  # noqa: E402
+from orchestrator.state import StateStore  # noqa: E402
 
 TOKEN = "bench"
 
@@ -41,7 +43,7 @@ def pct(values: list[float], q: float) -> float | None:
 def bench(n: int, image: str, degree: int, uplink_bps: int, publish_s: float, rate: float) -> dict:
     testbed = f"bench-{n}-{int(time.time())}"
     run_dir = Path(tempfile.mkdtemp(prefix=f"bench-docker-{n}-"))
-    backend = DockerBackend(testbed, run_dir, image=image)
+    backend = DockerBackend(BackendContext(testbed, run_dir, StateStore(), options={"image": image}))
     nodes = [f"n{i:03d}" for i in range(n)]
     result: dict = {"nodes": n, "run_dir": str(run_dir)}
     try:

@@ -59,7 +59,7 @@ def rss_bytes(pid: int) -> int | None:
 def lag_window(ctl: Controller) -> dict:
     """Lag p99 per node since the last reset, and reset it."""
     def one(name: str):
-        return ctl.client(name).try_call("status", timeout=5.0, reset_lag=True)
+        return ctl.backend.control_client(name).try_call("status", timeout=5.0, reset_lag=True)
 
     with ThreadPoolExecutor(8) as pool:
         statuses = [s for s in pool.map(one, ctl.nodes) if s]

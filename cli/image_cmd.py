@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.image import BASES, build_image, list_images
+from orchestrator.progress import Reporter, RichReporter
 
 console = Console()
 image_app = typer.Typer(help="Build and list the router image for the Docker backend.", no_args_is_help=True)
@@ -30,14 +31,9 @@ def build(
     if base not in BASES:
         raise typer.BadParameter(f"choose one of {', '.join(BASES)}", param_hint="--base")
     started = time.monotonic()
-    err = Console(stderr=True, log_path=False)
-    with err.status("building the router image", spinner="dots") as status:
-        def progress(message: str) -> None:
-            status.update(message)
-            if not as_json:
-                err.log(message)
-
-        info = build_image(base=base, progress=progress)
+    reporter = Reporter() if as_json else RichReporter(Console(stderr=True))
+    with reporter.phase("building the router image"):
+        info = build_image(base=base, reporter=reporter)
     if as_json:
         typer.echo(json.dumps(info.to_dict(), indent=1))
         return

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.errors import TestbedError
+from node.errors import TestbedError
 from orchestrator.version import tool_version
 
 COMMAND_MODULES: list[str] = [

@@ -1,20 +1,23 @@
 """What `testbed sim` and `testbed run` share around the run itself: planning
 the runs of a file (one, or one per variant, each in its own run directory
 under a common parent), and afterwards analysing each run, writing its
-report.html (plus a side-by-side comparison for variants), checking the
-experiment's expectations and exiting 1 when one fails. A machine without Java
-keeps its run directories; analysis is skipped with a clear warning, or, when
-the experiment has expectations that could not be checked, exits 3."""
+report.html (plus a side-by-side comparison for variants) and collecting the
+experiment's expectations into an `Outcome`. The command prints the outcome
+(one JSON document with --json) and then exits as it says: 1 when an
+expectation failed; on a machine without Java the run directories stay,
+analysis is skipped with a clear warning, or exit 3 when the experiment has
+expectations that could not be checked."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
+from cli.tables import expectation_lines
 from orchestrator.errors import BackendUnavailable, InputError
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.experiment.spec import load_experiment, resolved_to_yaml
@@ -63,13 +66,39 @@ def plan_runs(file: Path, seed: int | None, out_dir: Path | None, backend: str, 
     return Plan(runs, parent if len(runs) > 1 else None)
 
 
-def finish_runs(plan: Plan, as_json: bool = False, spark_master: str | None = None) -> None:
-    """Analyse every run, write the reports, print the expectations; exit 1
-    if one failed."""
-    from analysis import run_analysis, write_report
+@dataclass(frozen=True)
+class Outcome:
+    """What the analysis after `sim` or `run` found: the reports written,
+    each run's expectations, or why the analysis was skipped."""
+
+    reports: list[str]
+    expectations: dict[str, list[dict[str, Any]]]
+    skipped: str | None = None  # why the analysis could not run
+    unchecked: bool = False  # ... while the experiment had expectations
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return [r for rs in self.expectations.values() for r in rs if not r["passed"]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reports": self.reports, "expectations": self.expectations, "analysis_skipped": self.skipped}
+
+    def exit(self) -> None:
+        """Exit 3 when expectations could not be checked (never a pass), 1
+        when one failed; return when all is well."""
+        if self.unchecked:
+            raise BackendUnavailable(f"the expectations could not be checked: {self.skipped}")
+        if self.failed:
+            raise typer.Exit(1)
+
+
+def finish_runs(plan: Plan, spark_master: str | None = None) -> Outcome:
+    """Analyse every run and write the reports (plus a comparison for
+    variants); prints nothing but progress on stderr."""
+    from analysis import run_analysis, write_report  # noqa: PLC0415 - Spark only when a run is analysed
 
     run_dirs = [r.run_dir for r in plan.runs]
-    results: dict[str, list[dict]] = {}
+    results: dict[str, list[dict[str, Any]]] = {}
     reports: list[str] = []
     try:
         for run_dir in run_dirs:
@@ -81,20 +110,16 @@ def finish_runs(plan: Plan, as_json: bool = False, spark_master: str | None = No
             with err.status("writing the comparison report", spinner="dots"):
                 reports.append(str(write_report(run_dirs, plan.comparison_dir / "report.html", spark_master)))
     except BackendUnavailable as exc:
-        if any(r.resolved.expectations for r in plan.runs):
-            # An expectation that could not be checked must never read as a pass.
-            raise BackendUnavailable(f"the expectations could not be checked: {exc}") from exc
-        err.print(f"[bold yellow]warning:[/] analysis skipped: {exc}")
+        return Outcome(reports, results, str(exc), unchecked=any(r.resolved.expectations for r in plan.runs))
+    return Outcome(reports, results)
+
+
+def print_outcome(outcome: Outcome) -> None:
+    if outcome.skipped is not None:
+        if not outcome.unchecked:
+            err.print(f"[bold yellow]warning:[/] analysis skipped: {outcome.skipped}")
         return
-    failed = [r for rs in results.values() for r in rs if not r["passed"]]
-    if as_json:
-        typer.echo(json.dumps({"reports": reports, "expectations": results}))
-    else:
-        for report in reports:
-            out.print(f"report: [bold]{report}[/]")
-        for run_dir, rs in results.items():
-            for r in rs:
-                mark = "[green]PASS[/]" if r["passed"] else "[bold red]FAIL[/]"
-                out.print(f"  {mark} {r['expr']}: {r['message']}" + (f"  ({run_dir})" if len(results) > 1 else ""))
-    if failed:
-        raise typer.Exit(1)
+    for report in outcome.reports:
+        out.print(f"report: [bold]{report}[/]")
+    for line in expectation_lines(outcome.expectations):
+        out.print(line)

@@ -7,34 +7,48 @@
     testbed down [NAME | --all]
     testbed run FILE       up + workload + churn + collection + down, then analysis
 
-Thin: everything happens in orchestrator.controller. Bad input is one clear
-error and exit 2 before anything starts.
+Thin: everything happens in orchestrator.controller and orchestrator.runs;
+which churn verb applies to which node is the lifecycle table's call
+(orchestrator/lifecycle.py). Bad input is one clear error and exit 2 before
+anything starts; every --json prints exactly one JSON document.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.postrun import finish_runs, plan_runs, print_outcome
+from orchestrator.backends import BACKENDS, default_backend
 from orchestrator.errors import InputError
+from orchestrator.lifecycle import Verb, why_not
+from orchestrator.progress import Reporter, RichReporter
 
 console = Console()
 err = Console(stderr=True)
 
-CHURN_VERBS = ("kill", "stop", "start", "restart", "pause", "unpause", "disconnect", "reconnect", "leave", "join")
+# The registry's backends (built-in and TESTBED_BACKENDS) as choices.
+BackendName = enum.Enum("BackendName", {name: name for name in BACKENDS}, type=str)  # type: ignore[misc]
+
+BackendOption = Annotated[
+    BackendName | None,
+    typer.Option(help="Where the routers run (default: docker when a daemon is reachable, else process).",
+                 case_sensitive=False),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print exactly one JSON document.")]
+SeedOption = Annotated[int | None, typer.Option(help="Override the experiment's seed.")]
 
 
 def _load(file: Path, seed: int | None, variant: str | None, out: Path | None, backend: str):
     """The single run `up` starts: a file with variants needs --variant."""
-    from cli.postrun import plan_runs  # noqa: PLC0415
-
     plan = plan_runs(file, seed, out, backend, variant)
     if len(plan.runs) > 1:
         names = ", ".join(r.variant for r in plan.runs if r.variant)
@@ -42,22 +56,16 @@ def _load(file: Path, seed: int | None, variant: str | None, out: Path | None, b
     return plan.runs[0]
 
 
-def _backend(requested: str | None, quiet: bool) -> str:
-    from orchestrator.backends import BACKENDS, default_backend  # noqa: PLC0415
-
+def _backend(requested: BackendName | None, quiet: bool) -> str:
     if requested is not None:
-        if requested not in BACKENDS:
-            raise InputError(f"--backend {requested!r}: choose one of {', '.join(sorted(BACKENDS))}")
-        return requested
+        return requested.value
     name, why = default_backend()
     if not quiet:
         err.print(f"[dim]{why}[/]")
     return name
 
 
-def _reporter(quiet: bool):
-    from orchestrator.progress import Reporter, RichReporter  # noqa: PLC0415
-
+def _reporter(quiet: bool) -> Reporter:
     return Reporter() if quiet else RichReporter(err)
 
 
@@ -68,16 +76,17 @@ def _echo_json(doc: Any) -> None:
 # up / run
 
 def up(
-    file: Path = typer.Argument(..., help="Experiment file (YAML)."),
-    backend: str | None = typer.Option(None, help="process or docker (default: docker when a daemon is reachable)."),
-    name: str | None = typer.Option(None, help="Testbed name (default: the experiment's name)."),
-    seed: int | None = typer.Option(None, help="Override the experiment's seed."),
-    out: Path | None = typer.Option(None, help="Run directory (default runs/<name>-<time>-<backend>)."),
-    variant: str | None = typer.Option(None, help="Which variant of the file to start (files with variants)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the nodes as JSON."),
+    file: Annotated[Path, typer.Argument(help="Experiment file (YAML).")],
+    backend: BackendOption = None,
+    name: Annotated[str | None, typer.Option(help="Testbed name (default: the experiment's name).")] = None,
+    seed: SeedOption = None,
+    out: Annotated[Path | None, typer.Option(help="Run directory (default runs/<name>-<time>-<backend>).")] = None,
+    variant: Annotated[str | None, typer.Option(help="Which variant of the file to start (files with variants).")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Start a testbed and leave it running: nodes up and meshed, no workload."""
-    from orchestrator.controller import Controller, down_testbed  # noqa: PLC0415
+    from orchestrator.controller import Controller  # noqa: PLC0415
+    from orchestrator.runs import down_testbed  # noqa: PLC0415
 
     backend_name = _backend(backend, as_json)
     planned = _load(file, seed, variant, out, backend_name)
@@ -100,15 +109,15 @@ def up(
 
 
 def run(
-    file: Path = typer.Argument(..., help="Experiment file (YAML)."),
-    backend: str | None = typer.Option(None, help="process or docker (default: docker when a daemon is reachable)."),
-    seed: int | None = typer.Option(None, help="Override the experiment's seed."),
-    out: Path | None = typer.Option(
-        None, help="Run directory (default runs/<name>-<time>-<backend>); with variants, the parent of one per variant."
-    ),
-    variant: str | None = typer.Option(None, help="Run only this variant of the file."),
-    report: bool = typer.Option(True, "--report/--no-report", help="Analyse the traces and write report.html."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    file: Annotated[Path, typer.Argument(help="Experiment file (YAML).")],
+    backend: BackendOption = None,
+    seed: SeedOption = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Run directory (default runs/<name>-<time>-<backend>); with variants, the parent of one per variant.",
+    )] = None,
+    variant: Annotated[str | None, typer.Option(help="Run only this variant of the file.")] = None,
+    report: Annotated[bool, typer.Option("--report/--no-report", help="Analyse the traces and write report.html.")] = True,
+    as_json: JsonOption = False,
 ) -> None:
     """Run an experiment end to end and report; exit 1 when an expectation fails.
 
@@ -116,8 +125,7 @@ def run(
     and the experiment's expectations. A file with variants runs each of them,
     one after the other.
     """
-    from cli.postrun import finish_runs, plan_runs  # noqa: PLC0415
-    from orchestrator.controller import run_experiment  # noqa: PLC0415
+    from orchestrator.runs import run_experiment  # noqa: PLC0415
 
     backend_name = _backend(backend, as_json)
     plan = plan_runs(file, seed, out, backend_name, variant)
@@ -131,10 +139,13 @@ def run(
             for warning in ctl.warnings:
                 err.print(f"[yellow]warning:[/] {warning}")
             console.print(f"run directory: [bold]{ctl.run_dir}[/]")
+    outcome = finish_runs(plan) if report else None
     if as_json:
-        _echo_json({"backend": backend_name, "runs": results})
-    if report:
-        finish_runs(plan, as_json=as_json)
+        _echo_json({"backend": backend_name, "runs": results, **(outcome.to_json() if outcome else {})})
+    elif outcome is not None:
+        print_outcome(outcome)
+    if outcome is not None:
+        outcome.exit()
 
 
 # status
@@ -144,10 +155,8 @@ def _node_rows(ctl) -> list[dict[str, Any]]:
     rows = []
     for name, st in ctl.nodes.items():
         s = statuses.get(name)
-        state = st.state
-        if st.state == "up" and st.isolated is not None:
-            state = "isolated" if st.isolated == [] else "partitioned"
-        if st.state == "up" and s is None:
+        state = st.shown_state()
+        if state == "up" and s is None:
             state = "unreachable" if ctl.backend.is_running(name) else "dead"
         rows.append({
             "node": name, "state": state, "router": st.router,
@@ -183,8 +192,8 @@ def _node_table(testbed: str, rows: list[dict[str, Any]]) -> Table:
 
 
 def status(
-    name: str | None = typer.Argument(None, help="A testbed (default: list every testbed)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    name: Annotated[str | None, typer.Argument(help="A testbed (default: list every testbed).")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Show running testbeds, or the nodes of one."""
     from orchestrator.controller import Controller  # noqa: PLC0415
@@ -226,13 +235,13 @@ def status(
 # publish / churn
 
 def publish(
-    name: str = typer.Argument(..., help="The testbed."),
-    node: str | None = typer.Option(None, help="Publishing node (default: the first node that is up)."),
-    topic: str | None = typer.Option(None, help="Topic (default: the node's first topic)."),
-    size: int = typer.Option(256, min=0, max=16 << 20, help="Payload bytes."),
-    count: int = typer.Option(1, min=1, help="How many messages."),
-    interval: float = typer.Option(0.0, min=0.0, help="Seconds between messages."),
-    as_json: bool = typer.Option(False, "--json", help="Print the message ids as JSON."),
+    name: Annotated[str, typer.Argument(help="The testbed.")],
+    node: Annotated[str | None, typer.Option(help="Publishing node (default: the first node that is up).")] = None,
+    topic: Annotated[str | None, typer.Option(help="Topic (default: the node's first topic).")] = None,
+    size: Annotated[int, typer.Option(min=0, max=16 << 20, help="Payload bytes.")] = 256,
+    count: Annotated[int, typer.Option(min=1, help="How many messages.")] = 1,
+    interval: Annotated[float, typer.Option(min=0.0, help="Seconds between messages.")] = 0.0,
+    as_json: JsonOption = False,
 ) -> None:
     """Publish messages through one node of a running testbed (logged to events.jsonl)."""
     import time  # noqa: PLC0415
@@ -248,7 +257,7 @@ def publish(
     elif node not in ctl.nodes:
         raise InputError(f"testbed {name} has no node {node!r}")
     if topic is None:
-        topics = ctl.nodes[node].topics
+        topics = sorted(ctl.nodes[node].topics)
         if not topics:
             raise InputError(f"{node} subscribes to no topic; give --topic")
         topic = topics[0]
@@ -293,43 +302,39 @@ def select_nodes(selector: str, candidates: list[str], known: list[str], rng: ra
 
 
 def churn(
-    name: str = typer.Argument(..., help="The testbed."),
-    action: str = typer.Argument(..., help=f"One of: {', '.join(CHURN_VERBS)}."),
-    selector: str = typer.Argument(..., help="Node names (n1,n2), a count (3) or a percentage (10%)."),
-    topic: str | None = typer.Option(None, help="Topic for leave/join."),
-    peers: str | None = typer.Option(None, help="For disconnect/reconnect: only from these peers (comma-separated)."),
-    seed: int | None = typer.Option(None, help="Seed for choosing nodes by count or percentage."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    name: Annotated[str, typer.Argument(help="The testbed.")],
+    action: Annotated[Verb, typer.Argument(help="The churn verb.")],
+    selector: Annotated[str, typer.Argument(help="Node names (n1,n2), a count (3) or a percentage (10%).")],
+    topic: Annotated[str | None, typer.Option(help="Topic for leave/join.")] = None,
+    peers: Annotated[str | None, typer.Option(
+        help="For disconnect/reconnect: only from these peers (comma-separated).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for choosing nodes by count or percentage.")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Apply one churn action to a running testbed now (logged to events.jsonl)."""
     from orchestrator.controller import Controller  # noqa: PLC0415
     from orchestrator.experiment.model import ChurnAction  # noqa: PLC0415
 
-    if action not in CHURN_VERBS:
-        raise InputError(f"unknown action {action!r}: use one of {', '.join(CHURN_VERBS)}")
-    if action in ("leave", "join") and not topic:
-        raise InputError(f"{action} needs --topic")
+    if action in (Verb.LEAVE, Verb.JOIN) and not topic:
+        raise InputError(f"{action.value} needs --topic")
     ctl = Controller.attach(name)
-    state_ok = {
-        "kill": lambda s: s.state != "down", "stop": lambda s: s.state != "down", "restart": lambda s: True,
-        "start": lambda s: s.state == "down", "pause": lambda s: s.state == "up",
-        "unpause": lambda s: s.state == "paused", "disconnect": lambda s: s.state == "up" and s.isolated != [],
-        "reconnect": lambda s: s.isolated is not None, "leave": lambda s: s.state == "up" and topic in s.topics,
-        "join": lambda s: s.state == "up" and topic not in s.topics,
-    }[action]
-    candidates = [n for n, s in ctl.nodes.items() if state_ok(s)]
-    nodes = select_nodes(selector, candidates, list(ctl.nodes), random.Random(seed))
     peer_list = tuple(p.strip() for p in peers.split(",") if p.strip()) if peers else ()
     unknown = [p for p in peer_list if p not in ctl.nodes]
     if unknown:
         raise InputError(f"--peers: unknown node(s) {', '.join(unknown)}")
-    ctl.churn(ChurnAction(0.0, action, tuple(nodes), topic, peer_list, source="cli"))  # type: ignore[arg-type]
+    candidates = [n for n, s in ctl.nodes.items() if why_not(s.life, action, topic, peer_list) is None]
+    nodes = select_nodes(selector, candidates, list(ctl.nodes), random.Random(seed))
+    for node in nodes:
+        why = why_not(ctl.nodes[node].life, action, topic, peer_list)
+        if why is not None:
+            raise InputError(f"cannot {action.value} {node}: {why}")
+    ctl.churn(ChurnAction(0.0, action.value, tuple(nodes), topic, peer_list, source="cli"))
     ctl.drain_churn()
     ctl.writer.close()
     if as_json:
-        _echo_json({"testbed": name, "action": action, "nodes": nodes, "warnings": ctl.warnings})
+        _echo_json({"testbed": name, "action": action.value, "nodes": nodes, "warnings": ctl.warnings})
     else:
-        console.print(f"{action}: {', '.join(nodes)}")
+        console.print(f"{action.value}: {', '.join(nodes)}")
         for w in ctl.warnings:
             err.print(f"[yellow]warning:[/] {w}")
 
@@ -337,16 +342,16 @@ def churn(
 # down
 
 def down(
-    name: str | None = typer.Argument(None, help="The testbed to remove."),
-    all_: bool = typer.Option(False, "--all", help="Remove every testbed (and anything a killed CLI left)."),
-    as_json: bool = typer.Option(False, "--json", help="Print what was removed as JSON."),
+    name: Annotated[str | None, typer.Argument(help="The testbed to remove.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Remove every testbed (and anything a killed CLI left).")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Stop a testbed and remove everything it created; traces stay.
 
     Graceful: traces flushed, manifest written. Idempotent; cleans up after a
     killed CLI too.
     """
-    from orchestrator.controller import down_all, down_testbed  # noqa: PLC0415
+    from orchestrator.runs import down_all, down_testbed  # noqa: PLC0415
     from orchestrator.state import check_name  # noqa: PLC0415
 
     if (name is None) == (not all_):

@@ -1,23 +1,34 @@
-"""The interface every way of running real routers implements (local processes,
-Docker), so the run controller drives churn, shaping and collection the same
-way whatever runs the nodes.
+"""The contract every way of running real routers implements (local processes,
+Docker, and whatever comes next), so the run controller drives start-up,
+churn, shaping and collection the same way without knowing which backend it
+talks to.
 
-Order of calls for one testbed: `set_resources` per node, `prepare` (network, addresses) ->
-`shaping_capabilities` -> `start` each node (its NodeConfig already carries the
-user-space part of the shaping) -> `apply_kernel_shaping` -> churn verbs ->
-`collect_traces` -> `destroy`. `cleanup` is a class method: it must find and
+A backend is made from a `BackendContext` (the testbed, its run directory,
+the state store, backend options and the progress reporter) and declares
+what it can do in `capabilities`; the controller never asks for its name.
+
+Order of calls for one testbed: `set_resources` per node, `prepare` (network,
+addresses) -> `shaping_capabilities` -> `start_many` (each NodeConfig already
+carries the user-space part of the shaping) -> `apply_kernel_shaping` ->
+churn verbs -> `collect_traces` -> `destroy`. The controller reaches a node
+through `control_client(node)`. `cleanup` is a class method: it must find and
 remove everything a testbed of that name created, from labels or the state
-directory, even when the process that created it was killed.
+store, even when the process that created it was killed.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from node.config import LinkShape, NodeConfig
+from node.runtime.client import ControlClient
+from orchestrator.errors import TestbedError
+from orchestrator.progress import Reporter
+from orchestrator.state import StateStore
 
 
 @dataclass(frozen=True)
@@ -44,12 +55,44 @@ class ShapingCapabilities:
     detail: str
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do at all, declared by its class (what the kernel
+    here really allows is probed by `shaping_capabilities`).
+
+    kernel_shaping: tc in each node's own network namespace;
+    netem: kernel delay/jitter/loss where the kernel has sch_netem;
+    partitions: disconnect/reconnect; pause: pause/unpause."""
+
+    kernel_shaping: bool
+    netem: bool
+    partitions: bool
+    pause: bool
+
+
+@dataclass(frozen=True)
+class BackendContext:
+    """What a backend is constructed with. `options` are backend-specific
+    (the Docker backend reads "image", "entrypoint", "run_id")."""
+
+    testbed: str
+    run_dir: Path
+    store: StateStore
+    reporter: Reporter = field(default_factory=Reporter)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
 class Backend(ABC):
     name: str = ""
+    capabilities: Capabilities = Capabilities(kernel_shaping=False, netem=False, partitions=False, pause=False)
 
-    def __init__(self, testbed: str, run_dir: Path) -> None:
-        self.testbed = testbed
-        self.run_dir = run_dir
+    def __init__(self, ctx: BackendContext) -> None:
+        self.ctx = ctx
+        self.testbed = ctx.testbed
+        self.run_dir = Path(ctx.run_dir).resolve()
+        self.store = ctx.store
+        self.reporter = ctx.reporter
+        self._control_clients: dict[str, ControlClient] = {}
 
     def set_resources(self, node: str, memory: str | None = None, cpus: float | None = None) -> None:
         """Memory (e.g. "256m") and CPU limits for a node, before `prepare`.
@@ -67,6 +110,27 @@ class Backend(ABC):
     def start(self, config: NodeConfig) -> None:
         """Start (or restart after stop/kill) one node; its trace file is
         appended to, never truncated."""
+
+    def start_many(self, configs: Iterable[NodeConfig]) -> None:
+        """Start several nodes; a backend that can start them in parallel
+        overrides this."""
+        for config in configs:
+            self.start(config)
+
+    def control_client(self, node: str) -> ControlClient:
+        """How the orchestrator reaches a node's control endpoint: by default
+        straight to the address recorded in the state store (a node keeps its
+        address for the testbed's life, so it is read once). A backend whose
+        nodes sit behind a port forward or a remote engine overrides this."""
+        client = self._control_clients.get(node)
+        if client is None:
+            record = self.store.load(self.testbed) or {}
+            entry = (record.get("nodes") or {}).get(node) or {}
+            if "control_host" not in entry:
+                raise TestbedError(f"{node}: no control address recorded")
+            client = ControlClient(entry["control_host"], entry["control_port"], record.get("token", ""))
+            self._control_clients[node] = client
+        return client
 
     @abstractmethod
     def stop(self, node: str) -> None:
@@ -112,6 +176,6 @@ class Backend(ABC):
 
     @classmethod
     @abstractmethod
-    def cleanup(cls, testbed: str | None) -> list[str]:
+    def cleanup(cls, testbed: str | None, store: StateStore) -> list[str]:
         """Remove what a testbed (None: every testbed) left behind, even after a
         crash; returns a line per thing removed. Idempotent."""

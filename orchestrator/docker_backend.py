@@ -3,21 +3,15 @@ per testbed.
 
 Decisions (docs/docker.md says the same for users):
 - Addressing: the testbed gets its own *internal* bridge network (no route to
-  the outside) on a subnet we pick from 10.200.0.0/13 that collides with no
-  Docker network and no host route; every node gets a static IP (IPAM
-  ipv4_address), assigned in `prepare` so initial_peers can be written before
-  any container starts. Peers on port 4001, the control endpoint on port 4002
-  of the same IP; the host reaches both over the bridge (its gateway address).
-- Shaping: tc runs on the host inside the container's network namespace
-  (`nsenter -t <pid> -n tc -batch -`), so the container needs no NET_ADMIN and
-  the image needs no tc. Containers run with every capability dropped,
-  no-new-privileges, a read-only root filesystem, never privileged, no Docker
-  socket. The kernel part is re-applied after every start and reconnect (a
-  stopped container gets a new namespace, a reconnected one a new veth).
-- Partitions: full = `network.disconnect`/`connect` with the same static IP;
-  partial (from a set of peers) = iptables DROP rules in the node's namespace
-  (also through nsenter), kept separate from tc so shaping and partitions
-  never disturb each other, and re-applied after a restart.
+  the outside, orchestrator/docker_network.py); every node gets a static IP
+  (IPAM ipv4_address), assigned in `prepare` so initial_peers can be written
+  before any container starts. Peers on port 4001, the control endpoint on
+  port 4002 of the same IP; the host reaches both over the bridge (its
+  gateway address).
+- Shaping and partitions: from the host, in each container's network
+  namespace (orchestrator/docker_netns.py). Containers run with every
+  capability dropped, no-new-privileges, a read-only root filesystem, never
+  privileged, no Docker socket.
 - Traces: run_dir is bind-mounted read-write at /run-dir, the router writes
   /run-dir/traces/<node>.pb straight onto the host; destroy/cleanup never
   touch run_dir.
@@ -28,38 +22,34 @@ Decisions (docs/docker.md says the same for users):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import ipaddress
 import json
 import os
 import re
-import shlex
-import shutil
-import subprocess
-import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from node.config import LinkShape, NodeConfig
-from orchestrator import tc
-from orchestrator.backend import Backend, NodeAddress, ShapingCapabilities
+from node.config import NodeConfig
+from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
+from orchestrator.docker_netns import NetnsMixin
+from orchestrator.docker_network import create_network
 from orchestrator.docker_util import (
     LABEL,
     LABEL_NODE,
     LABEL_RUN,
     LABEL_STATE,
     LABEL_TESTBED,
-    Progress,
+    cgroup_memory,
     current_state_dir,
     docker_available,
     docker_client,
-    say,
 )
-from orchestrator.errors import BackendUnavailable, InputError, TestbedError
+from orchestrator.errors import InputError, TestbedError
+from orchestrator.state import StateStore
 
 __all__ = ["DockerBackend", "NodeResources", "docker_available"]
 
@@ -68,9 +58,7 @@ CONTROL_PORT = 4002
 RUN_DIR_MOUNT = "/run-dir"
 STOP_TIMEOUT_S = 10
 DEFAULT_MEMORY = "256m"
-SUBNET_POOL = ipaddress.ip_network("10.200.0.0/13")
 PARALLEL = 8  # concurrent Docker API calls in the *_many helpers and cleanup
-DEFAULT_PEER = "*"  # per_peer key for every destination not listed
 
 
 @dataclass(frozen=True)
@@ -95,32 +83,28 @@ def container_name(testbed: str, node: str) -> str:
     return f"gtb-{_safe(testbed)}-{_safe(node)}"
 
 
-class DockerBackend(Backend):
+class DockerBackend(NetnsMixin, Backend):
     name = "docker"
+    capabilities = Capabilities(kernel_shaping=True, netem=True, partitions=True, pause=True)
 
-    def __init__(
-        self,
-        testbed: str,
-        run_dir: Path,
-        *,
-        image: str | None = None,
-        resources: Mapping[str, NodeResources] | None = None,
-        default_resources: NodeResources = NodeResources(memory=DEFAULT_MEMORY),
-        run_id: str | None = None,
-        progress: Progress = None,
-        entrypoint: Sequence[str] | None = None,
-    ) -> None:
-        super().__init__(testbed, Path(run_dir).resolve())
+    def __init__(self, ctx: BackendContext) -> None:
+        """Options (ctx.options): "image" (default: build or reuse the router
+        image), "entrypoint" (what runs in the container; "$0" is the config
+        path, "$1" the log path), "resources" (node -> NodeResources),
+        "default_resources", "run_id" (default: the run directory's name)."""
+        super().__init__(ctx)
+        testbed, opts = ctx.testbed, ctx.options
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", testbed):
             raise InputError(f"testbed name {testbed!r}: use letters, digits, '_', '.', '-' (max 63)")
-        self.run_id = run_id or self.run_dir.name
+        self.run_id = opts.get("run_id") or self.run_dir.name
         self.state_scope = current_state_dir()
-        self.image = image
-        self.progress = progress
-        # What runs in the container; "$0" is the config path, "$1" the log path.
+        self.image = opts.get("image")
+        entrypoint = opts.get("entrypoint")
         self.entrypoint = list(entrypoint) if entrypoint else [
             "/bin/sh", "-c", 'exec python3 -m node --config "$0" >>"$1" 2>&1']
-        self.resources: dict[str, NodeResources] = dict(resources or {})
+        resources = opts.get("resources") or {}
+        default_resources = opts.get("default_resources") or NodeResources(memory=DEFAULT_MEMORY)
+        self.resources: dict[str, NodeResources] = dict(resources)
         self.default_resources = default_resources
         self._client = docker_client()
         self._network: Any = None
@@ -170,7 +154,7 @@ class DockerBackend(Backend):
         if self.image is None:
             from orchestrator.image import ensure_image  # noqa: PLC0415
 
-            self.image = ensure_image(progress=self.progress)
+            self.image = ensure_image(reporter=self.reporter)
         self._create_network(len(nodes))
         for node in nodes:
             self._allocate(node)
@@ -195,31 +179,9 @@ class DockerBackend(Backend):
         raise TestbedError(f"subnet {self._subnet} of testbed {self.testbed!r} is full")
 
     def _create_network(self, count: int) -> None:
-        import docker.errors  # noqa: PLC0415
-        from docker.types import IPAMConfig, IPAMPool  # noqa: PLC0415
-
-        prefix = min(24, 32 - max(2, (count + 3 - 1).bit_length()))
-        tried: list[str] = []
-        for subnet in _candidate_subnets(self._client, prefix, self.testbed):
-            gateway = str(next(subnet.hosts()))
-            ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet), gateway=gateway)])
-            try:
-                self._network = self._client.networks.create(
-                    self.network_name, driver="bridge", internal=True, ipam=ipam,
-                    labels=self.labels(), check_duplicate=True,
-                )
-            except docker.errors.APIError as exc:
-                text = str(exc)
-                if "overlap" in text.lower():  # another testbed took it meanwhile
-                    tried.append(f"{subnet}: {exc.explanation}")
-                    continue
-                raise TestbedError(f"cannot create network {self.network_name}: {exc.explanation or exc}") from exc
-            self._subnet, self._gateway = subnet, gateway
-            say(self.progress, f"network {self.network_name} on {subnet}")
-            return
-        raise TestbedError(
-            f"no free /{prefix} left in {SUBNET_POOL} for testbed {self.testbed!r}: " + "; ".join(tried[-5:])
-        )
+        self._network, self._subnet, self._gateway = create_network(
+            self._client, self.network_name, count, self.testbed, self.labels())
+        self.reporter.note(f"network {self.network_name} on {self._subnet}")
 
     # ------------------------------------------------------------ containers
 
@@ -363,48 +325,6 @@ class DockerBackend(Backend):
         container = self._container_or_none(node)
         return "absent" if container is None else container.status
 
-    # ------------------------------------------------------------ partitions
-
-    def disconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
-        """None/empty: leave the Docker network (every connection dies, as a
-        cable pulled); peers: drop packets to and from them (iptables in the
-        node's namespace, or the node's own `isolate` without root)."""
-        self._attach()
-        container = self._container(node)
-        if not peers:
-            if self._attached(container):
-                self._network_obj().disconnect(container, force=True)
-            return
-        cut = set(peers) - self._partitions.get(node, set())
-        self._partitions.setdefault(node, set()).update(cut)
-        if not cut or container.status not in ("running", "paused"):
-            return
-        if self._can_nsenter():
-            self._nsenter(node, tc.partition_commands([self.ips[p] for p in sorted(cut)], add=True))
-        else:
-            self._control(node, "isolate", peers=sorted(cut))
-
-    def reconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
-        self._attach()
-        container = self._container(node)
-        if not peers:
-            if not self._attached(container):
-                self._network_obj().connect(container, ipv4_address=self.ips[node])
-                self._apply_tc(node)  # a new veth: shape it again
-            healed = self._partitions.pop(node, set())
-        else:
-            healed = set(peers)
-            self._partitions[node] = self._partitions.get(node, set()) - healed
-        if not healed or container.status not in ("running", "paused"):
-            return
-        if self._can_nsenter():
-            # -D of a rule that is not there fails harmlessly (another process
-            # may have made the partition)
-            self._nsenter(node, tc.partition_commands(
-                [self.ips[p] for p in sorted(healed) if p in self.ips], add=False), check=False)
-        else:
-            self._control(node, "rejoin", peers=sorted(healed))
-
     def _attached(self, container: Any) -> bool:
         return self.network_name in (container.attrs.get("NetworkSettings", {}).get("Networks") or {})
 
@@ -454,108 +374,6 @@ class DockerBackend(Backend):
             if self.image is None:
                 self.image = container.attrs.get("Config", {}).get("Image")
 
-    # ------------------------------------------------------------ shaping
-
-    def shaping_capabilities(self) -> ShapingCapabilities:
-        if self._caps is None:
-            self._caps = _capabilities()
-        return self._caps
-
-    def apply_kernel_shaping(
-        self, node: str, per_peer: Mapping[str, LinkShape], uplink_bps: int | None
-    ) -> list[str]:
-        """Shape `node`'s egress in its namespace. `per_peer` is keyed by peer
-        name ("*" for every other destination); without netem only the rates
-        are applied (delay/jitter/loss are in the node's NodeConfig.shaping).
-        What was asked is kept in run_dir/configs/<node>.kernel-shaping.json,
-        so a restart or reconnect (from any process) applies it again."""
-        self._attach()
-        self._shaping_file(node).write_text(json.dumps({
-            "per_peer": {p: dataclasses.asdict(s) for p, s in sorted(per_peer.items())},
-            "uplink_bps": uplink_bps,
-            "path": self.shaping_capabilities().path,
-        }, indent=1) + "\n")
-        return self._apply_tc(node)
-
-    def _shaping_file(self, node: str) -> Path:
-        return self.run_dir / "configs" / f"{node}.kernel-shaping.json"
-
-    def _apply_tc(self, node: str) -> list[str]:
-        path = self._shaping_file(node)
-        if not path.exists():
-            return []
-        saved = json.loads(path.read_text())
-        per_peer = {p: LinkShape(**s) for p, s in saved.get("per_peer", {}).items()}
-        uplink = saved.get("uplink_bps")
-        caps = self.shaping_capabilities()
-        if not caps.kernel_rate:
-            return []
-        unknown = sorted(p for p in per_peer if p != DEFAULT_PEER and p not in self.ips)
-        if unknown:
-            raise TestbedError(f"{node}: kernel shaping names peers with no address: {', '.join(unknown)}")
-        per_dest = {self.ips[p]: s for p, s in per_peer.items() if p != DEFAULT_PEER}
-        cmds = tc.egress_commands(
-            per_dest, uplink, default=per_peer.get(DEFAULT_PEER), exempt=[self._gateway] if self._gateway else [],
-            netem=caps.kernel_delay, dev="eth0",
-        )
-        if not self._netns_ready(node):
-            return [shlex.join(c) for c in cmds]
-        self._nsenter(node, tc.clear_commands("eth0"), check=False)
-        if cmds:
-            self._tc_batch(node, cmds)
-        return [shlex.join(c) for c in cmds]
-
-    def qdisc_show(self, node: str) -> str:
-        """`tc qdisc show` + `tc class show` + `tc filter show` in the node's namespace."""
-        out = []
-        for what in ("qdisc", "class", "filter"):
-            out.append(self._nsenter(node, [["tc", what, "show", "dev", "eth0"]], capture=True))
-        return "\n".join(out)
-
-    def _pid(self, node: str) -> int:
-        container = self._container(node)
-        pid = int(container.attrs.get("State", {}).get("Pid") or 0)
-        if not pid:
-            raise TestbedError(f"node {node} is not running (no network namespace to shape)")
-        return pid
-
-    def _netns_ready(self, node: str) -> bool:
-        container = self._container_or_none(node)
-        return (container is not None and container.status in ("running", "paused")
-                and self._attached(container))
-
-    @staticmethod
-    def _can_nsenter() -> bool:
-        return os.geteuid() == 0 and shutil.which("nsenter") is not None
-
-    def _nsenter_prefix(self, node: str) -> list[str]:
-        if not self._can_nsenter():
-            raise BackendUnavailable(
-                "kernel shaping and partial partitions enter the container's network namespace "
-                "with nsenter from the host, which needs root"
-            )
-        return ["nsenter", "-t", str(self._pid(node)), "-n", "--"]
-
-    def _nsenter(self, node: str, cmds: list[list[str]], check: bool = True, capture: bool = False) -> str:
-        prefix = self._nsenter_prefix(node)
-        out: list[str] = []
-        for argv in cmds:
-            result = subprocess.run(prefix + argv, capture_output=True, text=True, timeout=30)
-            self.commands_run.append(f"[{node}] {shlex.join(argv)}")
-            if check and result.returncode != 0:
-                raise TestbedError(f"[{node}] {shlex.join(argv)} failed: {result.stderr.strip()}")
-            out.append(result.stdout)
-        return "".join(out)
-
-    def _tc_batch(self, node: str, cmds: list[list[str]]) -> None:
-        """All of a node's tc commands through one `tc -batch -`."""
-        script = "".join(shlex.join(c[1:]) + "\n" for c in cmds)
-        argv = self._nsenter_prefix(node) + ["tc", "-batch", "-"]
-        result = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=60)
-        self.commands_run.extend(f"[{node}] {shlex.join(c)}" for c in cmds)
-        if result.returncode != 0:
-            raise TestbedError(f"[{node}] tc -batch failed: {result.stderr.strip()[:2000]}")
-
     # ------------------------------------------------------------ collection
 
     def collect_traces(self) -> None:
@@ -576,7 +394,7 @@ class DockerBackend(Backend):
         out: dict[str, int] = {}
         for container in self._client.containers.list(filters={"label": f"{LABEL_TESTBED}={self.testbed}"}):
             node = container.labels.get(LABEL_NODE)
-            usage = _cgroup_memory(container.id)
+            usage = cgroup_memory(container.id)
             if usage is None:
                 stats = container.stats(stream=False)
                 usage = int(stats.get("memory_stats", {}).get("usage", 0))
@@ -589,12 +407,12 @@ class DockerBackend(Backend):
             self.collect_traces()
         except Exception:  # noqa: BLE001 - destroy must go on
             pass
-        self.cleanup(self.testbed)
+        self.cleanup(self.testbed, self.store)
         self._network = None
         self._client.close()
 
     @classmethod
-    def cleanup(cls, testbed: str | None) -> list[str]:
+    def cleanup(cls, testbed: str | None, store: StateStore) -> list[str]:
         client = docker_client()
         try:
             return _remove_labelled(client, testbed)
@@ -679,79 +497,3 @@ def _remove_labelled(client: Any, testbed: str | None) -> list[str]:
         except docker.errors.NotFound:
             continue
     return done
-
-
-def _host_routes() -> list[ipaddress.IPv4Network]:
-    """Every IPv4 destination the host routes (not the default route)."""
-    nets: list[ipaddress.IPv4Network] = []
-    try:
-        lines = Path("/proc/net/route").read_text().splitlines()[1:]
-    except OSError:
-        return nets
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 8:
-            continue
-        dest = ipaddress.IPv4Address(int(fields[1], 16).to_bytes(4, "little"))
-        mask = ipaddress.IPv4Address(int(fields[7], 16).to_bytes(4, "little"))
-        if int(mask) == 0:
-            continue
-        nets.append(ipaddress.IPv4Network(f"{dest}/{mask}", strict=False))
-    return nets
-
-
-def _docker_subnets(client: Any) -> list[ipaddress.IPv4Network]:
-    nets: list[ipaddress.IPv4Network] = []
-    for network in client.networks.list():
-        for pool in ((network.attrs.get("IPAM") or {}).get("Config") or []):
-            with contextlib.suppress(ValueError):
-                net = ipaddress.ip_network(pool.get("Subnet", ""), strict=False)
-                if isinstance(net, ipaddress.IPv4Network):
-                    nets.append(net)
-    return nets
-
-
-def _candidate_subnets(client: Any, prefix: int, testbed: str) -> Iterable[ipaddress.IPv4Network]:
-    """Free /prefix blocks of SUBNET_POOL, starting at a place fixed by the
-    testbed's name so that two testbeds starting together rarely race."""
-    blocks = list(SUBNET_POOL.subnets(new_prefix=prefix))
-    start = zlib.crc32(testbed.encode()) % len(blocks)
-    taken = _docker_subnets(client) + _host_routes()
-    for i in range(len(blocks)):
-        block = blocks[(start + i) % len(blocks)]
-        if not any(block.overlaps(t) for t in taken):
-            yield block
-
-
-def _cgroup_memory(container_id: str) -> int | None:
-    for path in (
-        f"/sys/fs/cgroup/memory/docker/{container_id}/memory.usage_in_bytes",
-        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.current",
-        f"/sys/fs/cgroup/docker/{container_id}/memory.current",
-    ):
-        try:
-            return int(Path(path).read_text().strip())
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def _capabilities() -> ShapingCapabilities:
-    if os.geteuid() != 0 or not shutil.which("nsenter") or not shutil.which("tc"):
-        return ShapingCapabilities(
-            kernel_delay=False, kernel_rate=False, path="userspace",
-            detail="kernel shaping needs root, nsenter and tc on the host (tc runs in each "
-                   "container's network namespace); all shaping is in the node's user-space shaper",
-        )
-    probe = tc.probe_kernel()
-    if probe.htb is False:
-        return ShapingCapabilities(False, False, "userspace",
-                                   f"htb missing ({probe.detail}); all shaping in the node")
-    if probe.netem:
-        return ShapingCapabilities(True, True, "netem",
-                                   f"netem+htb in each container's netns via nsenter ({probe.detail})")
-    return ShapingCapabilities(
-        kernel_delay=False, kernel_rate=True, path="userspace+htb",
-        detail=f"sch_netem missing ({probe.detail}); delay/jitter/loss in the node's user-space "
-               "shaper, rate with htb/tbf in each container's netns via nsenter",
-    )

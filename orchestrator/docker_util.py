@@ -9,7 +9,6 @@ them, and nothing without them is ever removed.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,6 @@ LABEL_NODE = "gossip-testbed.node"
 # `testbed down --all` removes only its own state dir's objects, so a test
 # suite with its own TESTBED_STATE_DIR never touches a real testbed.
 LABEL_STATE = "gossip-testbed.state"
-
-Progress = Callable[[str], None] | None
-
-
-def say(progress: Progress, message: str) -> None:
-    if progress is not None:
-        progress(message)
-
 
 def cache_dir() -> Path:
     """$TESTBED_CACHE_DIR, else $XDG_CACHE_HOME/gossip-testbed, else
@@ -97,3 +88,18 @@ def docker_available() -> tuple[bool, str]:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text if len(text) < 300 else text[:300] + "..."
+
+
+def cgroup_memory(container_id: str) -> int | None:
+    """Bytes of memory a container uses, from its cgroup (v1 or v2); None
+    where the cgroup is not visible."""
+    for path in (
+        f"/sys/fs/cgroup/memory/docker/{container_id}/memory.usage_in_bytes",
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.current",
+        f"/sys/fs/cgroup/docker/{container_id}/memory.current",
+    ):
+        try:
+            return int(Path(path).read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return None

@@ -1,23 +1,8 @@
-"""The errors the CLI turns into one clear message and an exit code, so bad
-input never starts anything half-way."""
+"""The shared errors (node/errors.py), under the name orchestrator code has
+always imported them by."""
 
 from __future__ import annotations
 
+from node.errors import BackendUnavailable, InputError, TestbedError
 
-class TestbedError(Exception):
-    """A failure the user can act on; `exit_code` is what the CLI exits with."""
-
-    exit_code = 1
-
-
-class InputError(TestbedError):
-    """Bad input (an experiment file, a run directory, an argument): exit 2.
-    The message names the file, the field and what was wrong."""
-
-    exit_code = 2
-
-
-class BackendUnavailable(TestbedError):
-    """A backend cannot run here (no Docker daemon, no Java): exit 3."""
-
-    exit_code = 3
+__all__ = ["BackendUnavailable", "InputError", "TestbedError"]

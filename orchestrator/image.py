@@ -10,13 +10,10 @@ Why this shape:
 - The base is `python:3.11-slim` where a registry can be reached. Where none can
   (this project's machines), a Debian bookworm base is bootstrapped locally with
   debootstrap (bookworm's python3 is 3.11, matching the wheels) and `docker
-  import`ed; the rootfs tarball is kept in the cache so the next import is fast.
+  import`ed: orchestrator/image_base.py.
 - The image tag is a content hash of everything that goes in (node/ sources,
   pinned dependency versions, base image id, Dockerfile), so a rebuild with
   nothing changed is a tag lookup.
-
-Order in `--base auto`: python:3.11-slim already present; our debootstrapped
-base already present; a pull of python:3.11-slim (short timeout); debootstrap.
 """
 
 from __future__ import annotations
@@ -26,35 +23,25 @@ import fcntl
 import hashlib
 import importlib.metadata as metadata
 import json
-import os
 import platform
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.docker_util import LABEL, Progress, cache_dir, docker_client, say
-from orchestrator.errors import BackendUnavailable, InputError, TestbedError
+from orchestrator.docker_util import LABEL, cache_dir, docker_client
+from orchestrator.errors import InputError, TestbedError
+from orchestrator.image_base import SLIM, image_or_none, local_base, resolve_base
+from orchestrator.progress import Reporter
 
 IMAGE_REPO = "gossip-testbed/node"
-BASE_REPO = "gossip-testbed/base"
-SLIM = "python:3.11-slim"
 PYTHON_VERSION = "3.11"
-# The rootfs debootstrap builds: minbase + python3 (3.11 in bookworm) + iproute2
-# (tc/ip inside the image, for `docker exec` debugging; the backend shapes from
-# the host with nsenter and does not need them).
-DEBIAN_SUITE = "bookworm"
-DEBIAN_INCLUDE = ("python3", "iproute2")
-DEBIAN_MIRROR = os.environ.get("TESTBED_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-TRIM_VERSION = 1  # bump when _trim_rootfs changes, so the cached base is rebuilt
-PULL_TIMEOUT_S = 20.0
 BASES = ("auto", "debootstrap", SLIM)
 IMAGE_FORMAT = 2  # bump when how the image is assembled changes beyond the Dockerfile text
 LABEL_BASE = "gossip-testbed.base"  # on router images: the base they were built on
@@ -94,31 +81,32 @@ class ImageInfo:
         }
 
 
-def ensure_image(progress: Progress = None, base: str = "auto") -> str:
+def ensure_image(reporter: Reporter | None = None, base: str = "auto") -> str:
     """The tag of an up-to-date router image, building it (and its base) when
     needed. Called by `testbed up` on first use."""
-    return build_image(base=base, progress=progress).tag
+    return build_image(base=base, reporter=reporter).tag
 
 
-def build_image(base: str = "auto", progress: Progress = None, client: Any = None) -> ImageInfo:
+def build_image(base: str = "auto", reporter: Reporter | None = None, client: Any = None) -> ImageInfo:
     if base not in BASES:
         raise InputError(f"--base must be one of {', '.join(BASES)}, not {base!r}")
+    reporter = reporter or Reporter()
     started = time.monotonic()
     own = client is None
     client = client or docker_client(timeout=600)
     try:
         with _lock("image"):
-            base_ref, base_id = _resolve_base(client, base, progress)
+            base_ref, base_id = resolve_base(client, base, reporter)
             deps = runtime_requirements()
             dockerfile, tag = _dockerfile_and_tag(base_ref, base_id, deps)
-            existing = _image_or_none(client, tag)
+            existing = image_or_none(client, tag)
             if existing is not None:
-                say(progress, f"image {tag} is up to date")
+                reporter.note(f"image {tag} is up to date")
                 return _info(existing, tag, base_ref, base_id, False, started, deps)
-            site = _site_packages(deps, progress)
-            say(progress, f"building {tag} from {base_ref}")
-            image = _docker_build(client, dockerfile, site, tag, base_ref, progress)
-            _prune_old(client, keep=image.id, base_ref=base_ref, progress=progress)
+            site = _site_packages(deps, reporter)
+            reporter.note(f"building {tag} from {base_ref}")
+            image = _docker_build(client, dockerfile, site, tag, base_ref, reporter)
+            _prune_old(client, keep=image.id, base_ref=base_ref, reporter=reporter)
             return _info(image, tag, base_ref, base_id, True, started, deps)
     finally:
         if own:
@@ -138,7 +126,7 @@ class ImageStatus:
 
 def image_status(client: Any) -> ImageStatus:
     others = tuple(sorted(t for image in client.images.list(IMAGE_REPO) for t in image.tags))
-    local = _local_base(client, "auto")
+    local = local_base(client, "auto")
     if local is None:
         return ImageStatus(None, None, False, others)
     _, tag = _dockerfile_and_tag(*local, runtime_requirements())
@@ -226,18 +214,18 @@ def _pip_platforms() -> list[str]:
     return [f"manylinux_2_28_{arch}", f"manylinux2014_{arch}", f"manylinux_2_17_{arch}"]
 
 
-def _site_packages(deps: tuple[str, ...], progress: Progress) -> Path:
+def _site_packages(deps: tuple[str, ...], reporter: Reporter) -> Path:
     """The dependencies installed for the image's Python, cached by their pins."""
     key = hashlib.sha256(
         json.dumps([deps, _pip_platforms(), PYTHON_VERSION]).encode()
     ).hexdigest()[:16]
     root = cache_dir() / "site-packages" / key
     if (root / ".complete").exists():
-        say(progress, f"dependencies cached in {root}")
+        reporter.note(f"dependencies cached in {root}")
         return root
     shutil.rmtree(root, ignore_errors=True)
     root.parent.mkdir(parents=True, exist_ok=True)
-    say(progress, f"downloading wheels for the image: {' '.join(deps)}")
+    reporter.note(f"downloading wheels for the image: {' '.join(deps)}")
     cmd = [
         sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
         "--no-deps", "--no-compile", "--target", str(root), "--only-binary=:all:",
@@ -286,7 +274,7 @@ def _content_hash(dockerfile: str, base_id: str, deps: tuple[str, ...]) -> str:
 
 
 def _docker_build(client: Any, dockerfile: str, site: Path, tag: str, base_ref: str,
-                  progress: Progress) -> Any:
+                  reporter: Reporter) -> Any:
     with tempfile.TemporaryDirectory(prefix="gtb-image-", dir=cache_dir()) as tmp:
         ctx = Path(tmp)
         (ctx / "Dockerfile").write_text(dockerfile)
@@ -305,7 +293,7 @@ def _docker_build(client: Any, dockerfile: str, site: Path, tag: str, base_ref: 
                     if line:
                         log.append(line)
                         if line.startswith("Step "):
-                            say(progress, line)
+                            reporter.note(line)
                 if "error" in chunk:
                     error = chunk["error"].strip()
         except Exception as exc:
@@ -315,7 +303,7 @@ def _docker_build(client: Any, dockerfile: str, site: Path, tag: str, base_ref: 
     return client.images.get(tag)
 
 
-def _prune_old(client: Any, keep: str, base_ref: str, progress: Progress) -> None:
+def _prune_old(client: Any, keep: str, base_ref: str, reporter: Reporter) -> None:
     """Remove older router images on the same base that no container uses (a
     changed node/ makes a new tag each time)."""
     import docker.errors  # noqa: PLC0415
@@ -325,7 +313,7 @@ def _prune_old(client: Any, keep: str, base_ref: str, progress: Progress) -> Non
             continue
         try:
             client.images.remove(image.id, noprune=False)
-            say(progress, f"removed the older image {', '.join(image.tags) or image.short_id}")
+            reporter.note(f"removed the older image {', '.join(image.tags) or image.short_id}")
         except docker.errors.APIError:
             continue  # in use by a container (a running testbed): keep it
 
@@ -337,172 +325,6 @@ def _info(image: Any, tag: str, base_ref: str, base_id: str, built: bool,
         seconds=time.monotonic() - started, size_bytes=int(image.attrs.get("Size", 0)),
         dependencies=deps,
     )
-
-
-def _image_or_none(client: Any, ref: str) -> Any:
-    import docker.errors  # noqa: PLC0415
-
-    try:
-        return client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return None
-
-
-# ---------------------------------------------------------------- base
-
-
-def debootstrap_base_tag() -> str:
-    key = hashlib.sha256(
-        json.dumps([DEBIAN_SUITE, "minbase", DEBIAN_INCLUDE, TRIM_VERSION, platform.machine()]).encode()
-    ).hexdigest()[:12]
-    return f"{BASE_REPO}:{DEBIAN_SUITE}-{key}"
-
-
-def _resolve_base(client: Any, base: str, progress: Progress) -> tuple[str, str]:
-    """(reference, image id) of the base to build on."""
-    local = _local_base(client, base)
-    if local is not None:
-        return local
-    tried: list[str] = []
-    if base in ("auto", SLIM):
-        tried.append(f"{SLIM} is not present locally")
-        say(progress, f"pulling {SLIM} (timeout {PULL_TIMEOUT_S:.0f}s)")
-        ok, why = _pull_with_timeout(SLIM, PULL_TIMEOUT_S)
-        if ok:
-            return SLIM, client.images.get(SLIM).id
-        tried.append(f"docker pull {SLIM} failed: {why}")
-        if base == SLIM:
-            raise BackendUnavailable(
-                "cannot get the base image: " + "; ".join(tried)
-                + " (use --base debootstrap to bootstrap one from Debian's packages)"
-            )
-    try:
-        return debootstrap_base_tag(), _debootstrap_base(client, progress)
-    except TestbedError as exc:
-        tried.append(str(exc))
-        raise BackendUnavailable(
-            "cannot get a base image for the router image: " + "; ".join(tried)
-        ) from exc
-
-
-def _local_base(client: Any, base: str) -> tuple[str, str] | None:
-    """(reference, image id) of a base already present: python:3.11-slim
-    first, then our debootstrapped one."""
-    candidates = ([SLIM] if base in ("auto", SLIM) else []) + (
-        [debootstrap_base_tag()] if base in ("auto", "debootstrap") else [])
-    for ref in candidates:
-        image = _image_or_none(client, ref)
-        if image is not None:
-            return ref, image.id
-    return None
-
-
-def _pull_with_timeout(ref: str, timeout: float) -> tuple[bool, str]:
-    """docker pull in a thread with a deadline: an unreachable registry must not
-    hang `testbed up`."""
-    box: dict[str, str] = {}
-
-    def pull() -> None:
-        try:
-            client = docker_client(timeout=int(timeout) + 5)
-            try:
-                repo, _, tag = ref.partition(":")
-                client.images.pull(repo, tag=tag or "latest")
-            finally:
-                client.close()
-            box["ok"] = ""
-        except Exception as exc:
-            text = str(getattr(exc, "explanation", None) or exc).strip()
-            box["error"] = text.splitlines()[-1][:300] if text else type(exc).__name__
-
-    thread = threading.Thread(target=pull, daemon=True, name="pull-base")
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        return False, f"no answer within {timeout:.0f}s"
-    if "ok" in box:
-        return True, ""
-    return False, box.get("error", "unknown error")
-
-
-def _debootstrap_base(client: Any, progress: Progress) -> str:
-    tag = debootstrap_base_tag()
-    tarball = cache_dir() / "base" / f"{tag.split(':', 1)[1]}.tar"
-    if not tarball.exists():
-        _debootstrap_tarball(tarball, progress)
-    say(progress, f"importing {tarball.name} as {tag}")
-    repo, _, version = tag.partition(":")
-    try:
-        client.api.import_image(
-            src=str(tarball), repository=repo, tag=version,
-            changes=[f"LABEL {LABEL}=1", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-        )
-    except Exception as exc:
-        raise TestbedError(f"docker import of {tarball} failed: {exc}") from exc
-    image = _image_or_none(client, tag)
-    if image is None:
-        raise TestbedError(f"docker import of {tarball} did not produce {tag}")
-    return image.id
-
-
-def _debootstrap_tarball(tarball: Path, progress: Progress) -> None:
-    exe = shutil.which("debootstrap") or next(
-        (p for p in ("/usr/sbin/debootstrap", "/sbin/debootstrap") if Path(p).exists()), None
-    )
-    if exe is None:
-        raise TestbedError("debootstrap is not installed (apt-get install debootstrap)")
-    if os.geteuid() != 0:
-        raise TestbedError("debootstrap needs root to build the base image (run once as root)")
-    tarball.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="rootfs-", dir=tarball.parent) as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        cmd = [exe, "--variant=minbase", "--include=" + ",".join(DEBIAN_INCLUDE),
-               DEBIAN_SUITE, str(rootfs), DEBIAN_MIRROR]
-        say(progress, f"debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR} (about a minute)")
-        tail: list[str] = []
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip()
-            tail = (tail + [line])[-15:]
-            if line.startswith("I: ") and any(w in line for w in ("Retrieving", "Validating", "Installing", "Configuring", "Extracting", "Unpacking", "Base system")):
-                if "Retrieving" in line or "Validating" in line:
-                    continue  # hundreds of these
-                say(progress, "debootstrap: " + line[3:])
-        if proc.wait() != 0:
-            raise TestbedError(
-                f"debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR} failed (exit {proc.returncode}):\n"
-                + "\n".join(tail)
-            )
-        _trim_rootfs(rootfs)
-        say(progress, f"packing the rootfs into {tarball}")
-        partial = tarball.with_suffix(".tar.partial")
-        result = subprocess.run(
-            ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(partial), "."],
-            capture_output=True, text=True,
-        )
-        if result.returncode != 0:
-            partial.unlink(missing_ok=True)
-            raise TestbedError(f"tar of the rootfs failed: {result.stderr.strip()}")
-        partial.rename(tarball)
-
-
-def _trim_rootfs(rootfs: Path) -> None:
-    """Drop what a router never reads: apt lists and caches, docs, man pages,
-    locales, logs."""
-    for rel in ("var/lib/apt/lists", "var/cache/apt", "var/cache/debconf", "usr/share/doc",
-                "usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/lintian",
-                "usr/share/common-licenses", "var/log", "usr/share/bash-completion"):
-        path = rootfs / rel
-        if not path.is_dir():
-            continue
-        for child in path.iterdir():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    child.unlink()
-    (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
 
 
 # ---------------------------------------------------------------- locking

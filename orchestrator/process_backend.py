@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from node.config import LinkShape, NodeConfig
-from node.runtime.client import ControlClient, ControlError
-from orchestrator.backend import Backend, NodeAddress, ShapingCapabilities
+from node.runtime.client import ControlError
+from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.state import StateStore
 
@@ -153,10 +153,10 @@ def node_host(octet: int, index: int) -> str:
 
 class ProcessBackend(Backend):
     name = "process"
+    capabilities = Capabilities(kernel_shaping=False, netem=False, partitions=True, pause=True)
 
-    def __init__(self, testbed: str, run_dir: Path, store: StateStore | None = None) -> None:
-        super().__init__(testbed, run_dir)
-        self.store = store or StateStore()
+    def __init__(self, ctx: BackendContext) -> None:
+        super().__init__(ctx)
         self.procs: dict[str, subprocess.Popen] = {}
         self.configs: dict[str, NodeConfig] = {}
 
@@ -288,22 +288,15 @@ class ProcessBackend(Backend):
     def resume(self, node: str) -> None:
         self._send(node, signal.SIGCONT)
 
-    def _control(self, node: str) -> ControlClient:
-        entry = self._record(node)
-        token = (self.store.load(self.testbed) or {}).get("token", "")
-        if "control_host" not in entry:
-            raise TestbedError(f"{node}: no control address recorded")
-        return ControlClient(entry["control_host"], entry["control_port"], token)
-
     def disconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
         try:
-            self._control(node).call("isolate", peers=list(peers) if peers else None)
+            self.control_client(node).call("isolate", peers=list(peers) if peers else None)
         except ControlError as exc:
             raise TestbedError(f"{node}: disconnect failed: {exc}") from None
 
     def reconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
         try:
-            self._control(node).call("rejoin", peers=list(peers) if peers else None)
+            self.control_client(node).call("rejoin", peers=list(peers) if peers else None)
         except ControlError as exc:
             raise TestbedError(f"{node}: reconnect failed: {exc}") from None
 
@@ -343,8 +336,7 @@ class ProcessBackend(Backend):
         return lines
 
     @classmethod
-    def cleanup(cls, testbed: str | None, store: StateStore | None = None) -> list[str]:
-        store = store or StateStore()
+    def cleanup(cls, testbed: str | None, store: StateStore) -> list[str]:
         names = [testbed] if testbed else store.names()
         lines: list[str] = []
         for name in names:

@@ -1,5 +1,8 @@
-"""Progress for the controller's long steps: silent by default, rich bars and
-a check mark per finished phase for the CLI."""
+"""The one progress protocol for long work (starting nodes, the workload,
+simulating, building the image): a `phase` with an optional total that
+yields an `advance(n)` callback, and a `note` for a line worth showing.
+Silent by default; the CLI passes a rich one (bars on stderr, a check mark
+per finished phase), or the silent one under --json."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from typing import Any
 
 
 class Reporter:
-    """Progress for long steps; the CLI passes a rich one."""
+    """Progress that shows nothing."""
 
     @contextlib.contextmanager
     def phase(self, description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:

@@ -14,24 +14,25 @@ from __future__ import annotations
 
 import gc
 import heapq
-import os
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from node.engine import make_router
 from node.engine.api import NS, Output, Router, TraceEvent, TraceType
 from node.engine.registry import negotiate
-from node.tracefile import EventEncoder
+from node.trace_vocab import RunEvent
 from node.wire import Message, PeerId, rpc_size, seqno_bytes
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
+from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
+from orchestrator.sim_stats import SimStats
+from orchestrator.sim_traces import TraceSink
 
 INJECTOR_ID = b"injector"
 WARMUP_S = 3.0
-_TRACE_CHUNK_EVENTS = 250_000
 
 # Event kinds, in the order they are handled when times tie.
 _CONNECT, _RPC, _DISCONNECTED, _HEARTBEAT, _CHURN, _PUBLISH, _END = range(7)
@@ -59,113 +60,19 @@ class SimNode:
     router: str
     params: dict
     seed: int
-    topics: set[str]
+    life: NodeLife  # process state, topics, partitions: orchestrator/lifecycle.py
     neighbours: tuple[str, ...]
     uplink_bps: int | None
     engine: Router | None = None
-    state: str = "down"  # up | down | paused
     incarnation: int = 0
-    isolated_from: set[str] | None = None  # None: not isolated; empty set: from everyone
     uplink_free_at: int = 0
     paused_inbox: list[Callable[[], None]] = field(default_factory=list)
     heartbeat_due: bool = False
     conns: dict[PeerId, Conn] = field(default_factory=dict)
 
     @property
-    def reachable(self) -> bool:
-        return self.state == "up" and self.isolated_from != set()
-
-    def cut_off_from(self, other: str) -> bool:
-        return self.isolated_from is not None and (not self.isolated_from or other in self.isolated_from)
-
-
-@dataclass
-class SimStats:
-    """Counts in the reference simulator's terms."""
-
-    nodes: int = 0
-    messages: int = 0
-    publish: int = 0
-    deliver: int = 0
-    connect: int = 0
-    transmissions: int = 0
-    graft: int = 0
-    prune: int = 0
-    ihave: int = 0
-    iwant: int = 0
-    rpcs: int = 0
-    rpcs_lost: int = 0
-    expected_deliveries: int = 0
-    on_time_deliveries: int = 0
-    events: int = 0
-    latencies_ns: list[int] = field(default_factory=list)
-
-
-class TraceSink:
-    """Collects every node's trace events and appends them, encoded, to
-    traces/<node>.pb. Encoding costs about as much as simulating, so each
-    chunk of events is encoded by a forked child on the other core while the
-    simulation goes on: copy-on-write, nothing is pickled. The parent keeps a
-    chunk alive until its child has exited, so freeing it never copies shared
-    pages; a new child starts only after the previous one finished, so every
-    file is appended in order. Where fork is missing, chunks are encoded in
-    place."""
-
-    def __init__(self, trace_dir: Path, chunk_events: int = _TRACE_CHUNK_EVENTS) -> None:
-        self.dir = trace_dir
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.chunk_events = chunk_events
-        self._pending: dict[str, tuple[PeerId, list[TraceEvent]]] = {}
-        self._count = 0
-        self._child: int | None = None
-        self._in_child: dict[str, tuple[PeerId, list[TraceEvent]]] = {}
-
-    def write(self, node: str, peer_id: PeerId, events: Sequence[TraceEvent]) -> None:
-        entry = self._pending.get(node)
-        if entry is None:
-            entry = self._pending[node] = (peer_id, [])
-        entry[1].extend(events)
-        self._count += len(events)
-        if self._count >= self.chunk_events:
-            self._hand_off(background=hasattr(os, "fork"))
-
-    def close(self) -> None:
-        """Write out everything collected so far and wait for it."""
-        self._hand_off(background=False)
-
-    def _hand_off(self, background: bool) -> None:
-        self._wait()
-        pending, self._pending, self._count = self._pending, {}, 0
-        if not background:
-            _append_encoded(self.dir, pending)
-            return
-        pid = os.fork()
-        if pid == 0:  # the child only encodes and exits: no collector needed
-            gc.disable()
-            code = 1
-            try:
-                _append_encoded(self.dir, pending)
-                code = 0
-            finally:
-                os._exit(code)
-        self._child = pid
-        self._in_child = pending
-
-    def _wait(self) -> None:
-        if self._child is None:
-            return
-        _, status = os.waitpid(self._child, 0)
-        self._child = None
-        self._in_child = {}
-        if status != 0:
-            raise RuntimeError(f"the trace writer process failed (wait status {status})")
-
-
-def _append_encoded(trace_dir: Path, pending: dict[str, tuple[PeerId, list[TraceEvent]]]) -> None:
-    framed = EventEncoder().framed
-    for node, (peer_id, events) in pending.items():
-        with open(trace_dir / f"{node}.pb", "ab") as f:
-            f.write(b"".join([framed(ev, peer_id) for ev in events]))
+    def paused(self) -> bool:
+        return self.life.process is Process.PAUSED
 
 
 class Simulator:
@@ -185,7 +92,7 @@ class Simulator:
         neighbours = resolved.neighbours()
         self.nodes: dict[str, SimNode] = {
             n.name: SimNode(
-                n.name, n.name.encode(), n.router, dict(n.params), n.seed, set(n.topics),
+                n.name, n.name.encode(), n.router, dict(n.params), n.seed, NodeLife(Process.STOPPED, frozenset(n.topics)),
                 tuple(neighbours[n.name]), n.uplink_bps,
             )
             for n in resolved.nodes
@@ -212,27 +119,31 @@ class Simulator:
         last = max((p.at for p in r.publishes), default=0.0)
         return self.warmup + round(max(r.duration, last + r.linger) * NS)
 
-    def run(self, progress: Callable[[int, int], None] | None = None) -> SimStats:
+    def run(self, advance: Callable[[int], None] | None = None) -> SimStats:
+        """Simulate to the end; `advance` is told how many virtual
+        nanoseconds went by, now and then (a Reporter phase's advance)."""
         for node in self.nodes.values():
             self._start(node, 0)
+            node.life = replace(node.life, process=Process.RUNNING)
         for p in self.resolved.publishes:
             self._push(self.warmup + round(p.at * NS), _PUBLISH, p)
         for action in self.resolved.churn:
             self._push(self.warmup + round(action.at * NS), _CHURN, action)
         end = self.end_time()
         self._push(end, _END)
-        self.log_event(0, "run_start")
-        self.log_event(self.warmup, "all_up", nodes=len(self.nodes))
+        self.log_event(0, RunEvent.RUN_START)
+        self.log_event(self.warmup, RunEvent.ALL_UP, nodes=len(self.nodes))
         with _quiet_gc():
-            self._loop(end, progress)
-        self.log_event(self.now, "run_end")
+            self._loop(end, advance)
+        self.log_event(self.now, RunEvent.RUN_END)
         self.sink.close()
         self._count_expected()
         return self.stats
 
-    def _loop(self, end: int, progress: Callable[[int, int], None] | None) -> None:
+    def _loop(self, end: int, advance: Callable[[int], None] | None) -> None:
         step = max(end // 200, 1)
         next_report = step
+        reported = 0
         heap = self._heap
         while heap:
             t, kind, _, a, b, c = heapq.heappop(heap)
@@ -252,9 +163,9 @@ class Simulator:
                 self._on_churn(a)
             elif kind == _END:
                 break
-            if progress is not None and t >= next_report:
-                progress(t, end)
-                next_report = t + step
+            if advance is not None and t >= next_report:
+                advance(t - reported)
+                reported, next_report = t, t + step
 
     # Output of an engine
 
@@ -312,7 +223,7 @@ class Simulator:
         conn = dst.conns.get(src.peer_id)
         if conn is None or conn.epoch != epoch:
             return
-        if dst.state == "paused":
+        if dst.paused:
             dst.paused_inbox.append(lambda: self._on_rpc(src, dst, payload))
             return
         self._emit(dst, dst.engine.handle_rpc(self.now, src.peer_id, rpc))
@@ -321,7 +232,7 @@ class Simulator:
         node = self.nodes[name]
         if node.incarnation != incarnation or node.engine is None:
             return
-        if node.state == "paused":
+        if node.paused:
             node.heartbeat_due = True
             return
         self._emit(node, node.engine.heartbeat(self.now))
@@ -329,7 +240,7 @@ class Simulator:
 
     def _on_connect(self, a: str, b: str) -> None:
         na, nb = self.nodes[a], self.nodes[b]
-        if na.engine is None or nb.engine is None or na.cut_off_from(b) or nb.cut_off_from(a):
+        if na.engine is None or nb.engine is None or na.life.cut_off_from(b) or nb.life.cut_off_from(a):
             return
         ca, cb = na.conns.get(nb.peer_id), nb.conns.get(na.peer_id)
         if ca is not None and cb is not None and ca.epoch == cb.epoch:
@@ -350,7 +261,7 @@ class Simulator:
             self._add_peer(me, other.peer_id, proto)
 
     def _add_peer(self, node: SimNode, peer: PeerId, proto: str) -> None:
-        if node.state == "paused":
+        if node.paused:
             node.paused_inbox.append(lambda: self._add_peer(node, peer, proto))
         elif node.engine is not None:
             self._emit(node, node.engine.add_peer(self.now, peer, proto))
@@ -364,7 +275,7 @@ class Simulator:
         if conn is not None and conn.epoch != epoch:
             return
         node.conns.pop(peer_id, None)
-        if node.state == "paused":
+        if node.paused:
             node.paused_inbox.append(lambda: self._emit(node, node.engine.remove_peer(self.now, peer_id)))
         elif node.engine is not None:
             self._emit(node, node.engine.remove_peer(self.now, peer_id))
@@ -400,24 +311,23 @@ class Simulator:
         node.incarnation += 1
         seed = incarnation_seed(node.seed, node.incarnation)
         node.engine = make_router(node.router, node.peer_id, seed, node.params)
-        node.state = "up"
         node.paused_inbox.clear()
         node.heartbeat_due = False
         node.uplink_free_at = t
-        for topic in sorted(node.topics):
+        for topic in sorted(node.life.topics):
             self._emit(node, node.engine.join(t, topic))
         self._push(t + node.engine.first_heartbeat, _HEARTBEAT, node.name, node.incarnation)
         self._dial_neighbours(node)
 
     def _stop(self, node: SimNode, graceful: bool) -> None:
+        """The process ends: gracefully (LEAVE every topic first) or killed."""
         if node.engine is None:
             return
-        if graceful and node.state == "up":
-            for topic in sorted(node.topics):
+        if graceful:
+            for topic in sorted(node.life.topics):
                 self._emit(node, node.engine.leave(self.now, topic))
         self._close(node, None)
         node.engine = None
-        node.state = "down"
         node.incarnation += 1
 
     # Workload
@@ -425,9 +335,9 @@ class Simulator:
     def _on_publish(self, p: Publish) -> None:
         data = payload(p.seq, p.size)
         via = [self.nodes[n] for n in p.via]
-        live = [n for n in via if n.engine is not None and n.state == "up"]
+        live = [n for n in via if n.life.reachable]
         if not live:
-            self.log_event(self.now, "warning", message=f"message {p.seq}: no live publisher among {list(p.via)}; skipped")
+            self.log_event(self.now, RunEvent.WARNING, message=f"message {p.seq}: no live publisher among {list(p.via)}; skipped")
             return
         if p.publisher is not None:
             node = live[0]
@@ -445,11 +355,11 @@ class Simulator:
         publishers = {n.name for n in live}
         expected = {
             n.name for n in self.nodes.values()
-            if n.reachable and p.topic in n.topics and n.name not in publishers
+            if n.life.reachable and p.topic in n.life.topics and n.name not in publishers
         }
         self._expected[mid] = (self.now, expected)
         self.log_event(
-            self.now, "publish", node=p.publisher, via=[n.name for n in live], topic=p.topic,
+            self.now, RunEvent.PUBLISH, node=p.publisher, via=[n.name for n in live], topic=p.topic,
             message_id=mid.hex(), size=p.size, seq=p.seq,
         )
 
@@ -469,7 +379,7 @@ class Simulator:
 
     def _on_churn(self, action: ChurnAction) -> None:
         self.log_event(
-            self.now, "churn", action=action.action, nodes=list(action.nodes),
+            self.now, RunEvent.CHURN, action=action.action, nodes=list(action.nodes),
             **({"topic": action.topic} if action.topic else {}),
             **({"peers": list(action.peers)} if action.peers else {}),
         )
@@ -477,55 +387,38 @@ class Simulator:
             self._apply(action, self.nodes[name])
 
     def _apply(self, action: ChurnAction, node: SimNode) -> None:
-        verb = action.action
-        was_reachable = node.reachable
-        if verb in ("kill", "stop"):
-            self._stop(node, graceful=verb == "stop")
-        elif verb == "start":
-            if node.engine is None:
-                self._start(node, self.now)
-        elif verb == "restart":
-            self._stop(node, graceful=True)
+        """One verb on one node, step by step as the lifecycle table says."""
+        try:
+            change = transition(node.life, Verb(action.action), action.topic, action.peers)
+        except Ineligible as exc:
+            self.log_event(self.now, RunEvent.WARNING, message=f"churn {action.action} on {node.name} skipped: {exc}")
+            return
+        peers = set(action.peers) if action.peers else None
+        for step in change.steps:
+            self._call(step.call, node, peers, action.topic)
+            node.life = step.life
+            for ev in step.events:
+                self.log_event(self.now, ev.kind, node=node.name, cause=ev.cause)
+
+    def _call(self, call: Call, node: SimNode, peers: set[str] | None, topic: str | None) -> None:
+        if call is Call.KILL or call is Call.STOP:
+            self._stop(node, graceful=call is Call.STOP)
+        elif call is Call.START:
             self._start(node, self.now)
-        elif verb == "pause" and node.state == "up":
-            node.state = "paused"
-        elif verb == "unpause" and node.state == "paused":
+        elif call is Call.RESUME:
             self._unpause(node)
-        elif verb == "disconnect" and node.engine is not None:
-            peers = set(action.peers) if action.peers else None
-            if peers is None or node.isolated_from == set():
-                node.isolated_from = set()
-            else:
-                node.isolated_from = (node.isolated_from or set()) | peers
+        elif call is Call.DISCONNECT:
             self._partition(node, peers)
-        elif verb == "reconnect" and node.isolated_from is not None:
-            peers = set(action.peers) if action.peers else None
-            if peers is None or not node.isolated_from:
-                node.isolated_from = None
-            else:
-                node.isolated_from -= peers
-                node.isolated_from = node.isolated_from or None
-            if node.engine is not None:
-                self._dial_neighbours(node, peers)
-        elif verb in ("leave", "join") and node.engine is not None and action.topic:
-            if verb == "leave":
-                node.topics.discard(action.topic)
-                out = node.engine.leave(self.now, action.topic)
-            else:
-                node.topics.add(action.topic)
-                out = node.engine.join(self.now, action.topic)
-            self._emit(node, out)
-        if was_reachable and not node.reachable:
-            cause = {"restart": "stop", "disconnect": "disconnect"}.get(verb, verb)
-            self.log_event(self.now, "node_down", node=node.name, cause=cause)
-        elif node.reachable and not was_reachable:
-            self.log_event(self.now, "node_up", node=node.name, cause=verb)
-        elif verb == "restart":
-            self.log_event(self.now, "node_down", node=node.name, cause="stop")
-            self.log_event(self.now, "node_up", node=node.name, cause="restart")
+        elif call is Call.RECONNECT:
+            self._dial_neighbours(node, peers)
+        elif call is Call.SUBSCRIBE or call is Call.UNSUBSCRIBE:
+            assert node.engine is not None and topic is not None
+            join = call is Call.SUBSCRIBE
+            self._emit(node, (node.engine.join if join else node.engine.leave)(self.now, topic))
+        # Call.PAUSE: a paused node is one whose life says so; its inputs wait
 
     def _unpause(self, node: SimNode) -> None:
-        node.state = "up"
+        node.life = replace(node.life, process=Process.RUNNING)
         inbox, node.paused_inbox = node.paused_inbox, []
         for deferred in inbox:
             deferred()

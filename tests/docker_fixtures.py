@@ -95,7 +95,9 @@ def node_image() -> str:
 @pytest.fixture
 def docker_backends(node_image: str, tmp_path: Path) -> Iterator:
     """make(nodes_or_None, **kw) -> DockerBackend; every testbed made is cleaned up."""
+    from orchestrator.backend import BackendContext
     from orchestrator.docker_backend import DockerBackend
+    from orchestrator.state import StateStore
 
     made: list[str] = []
 
@@ -105,11 +107,11 @@ def docker_backends(node_image: str, tmp_path: Path) -> Iterator:
         run_dir = tmp_path / f"{name}-{len(made)}"
         run_dir.mkdir()
         kw.setdefault("image", node_image)
-        return DockerBackend(name, run_dir, **kw)
+        return DockerBackend(BackendContext(name, run_dir, StateStore(), options=kw))
 
     yield make
     for name in made:
-        DockerBackend.cleanup(name)
+        DockerBackend.cleanup(name, StateStore())
 
 
 def sink_config(backend, node: str, addresses, peers=()):

@@ -93,6 +93,9 @@ def test_up_status_publish_churn_down(env, tmp_path):
     assert len(killed) == 1
     status = json.loads(tb(env, "status", "life", "--json").stdout)
     assert {n["node"]: n["state"] for n in status["nodes"]}[killed[0]] == "down"
+    # the lifecycle table: a stopped node is started, not restarted (exit 2, nothing done)
+    refused = tb(env, "churn", "life", "restart", killed[0], check=False)
+    assert refused.returncode == 2 and "use start" in refused.stderr, refused.stderr
     tb(env, "churn", "life", "start", killed[0])
     tb(env, "churn", "life", "disconnect", "n2")
     tb(env, "churn", "life", "reconnect", "n2")

@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from node.config import LinkShape
+from orchestrator.backend import BackendContext
 from orchestrator.docker_util import LABEL_NODE, LABEL_RUN, LABEL_TESTBED
+from orchestrator.state import StateStore
 from tests.docker_fixtures import (  # noqa: F401 - fixtures
     SEND,
     SINK_ENTRYPOINT,
@@ -133,7 +136,7 @@ def test_partial_partition_with_iptables(docker_backends):
     assert _send(backend, "b", "a", 100, timeout=1) is None  # and b -> a
     assert _send(backend, "a", "c", 100)[0] == 100  # a -> c fine
     # healed from another process (a later CLI call): stateless
-    fresh = type(backend)(backend.testbed, backend.run_dir, image=backend.image)
+    fresh = type(backend)(BackendContext(backend.testbed, backend.run_dir, backend.store, options={"image": backend.image}))
     fresh.reconnect("a", ["b"])
     assert _send(backend, "a", "b", 100)[0] == 100
     # a restarted node comes back un-partitioned (the controller's model)
@@ -149,12 +152,12 @@ def test_fresh_process_churn_and_restart_while_disconnected(docker_backends):
     backend = docker_backends(entrypoint=SINK_ENTRYPOINT)
     _up(backend, ["a", "b"])
     ip = backend.ips["a"]
-    fresh = type(backend)(backend.testbed, backend.run_dir)  # knows nothing
+    fresh = type(backend)(BackendContext(backend.testbed, backend.run_dir, backend.store))  # knows nothing
     fresh.disconnect("a")
     assert not tcp_reachable(ip, 4001, timeout=0.5)
     fresh.kill("a")
     # started again while disconnected: it comes back on the network, same IP
-    again = type(backend)(backend.testbed, backend.run_dir)
+    again = type(backend)(BackendContext(backend.testbed, backend.run_dir, backend.store))
     again.start(sink_config(backend, "a", {n: backend.address(n) for n in "ab"}))
     assert again.ips["a"] == ip
     assert wait_for(lambda: tcp_reachable(ip, 4001))
@@ -199,7 +202,8 @@ def test_cleanup_after_a_crash_from_a_fresh_process(docker_backends):
     assert len(_docker_ls("container", name)) == 2
     code = (
         "import json,sys; from orchestrator.docker_backend import DockerBackend; "
-        f"print(json.dumps(DockerBackend.cleanup({name!r})))"
+        "from orchestrator.state import StateStore; "
+        f"print(json.dumps(DockerBackend.cleanup({name!r}, StateStore())))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     lines = json.loads(out.stdout)
@@ -219,7 +223,7 @@ def test_two_testbeds_side_by_side(docker_backends):
     import ipaddress
 
     assert not ipaddress.ip_network(first.subnet).overlaps(ipaddress.ip_network(second.subnet))
-    type(first).cleanup(first.testbed)
+    type(first).cleanup(first.testbed, first.store)
     assert _docker_ls("container", first.testbed) == []
     assert len(_docker_ls("container", second.testbed)) == 2
     assert all(wait_for(lambda ip=ip: tcp_reachable(ip, 4001)) for ip in second.ips.values())
@@ -235,7 +239,7 @@ def test_prepare_refuses_a_live_testbed_of_the_same_name(docker_backends):
         docker_backends(name, entrypoint=SINK_ENTRYPOINT).prepare(["n0"])
 
 
-def test_unreachable_daemon_is_one_clear_error(monkeypatch):
+def test_unreachable_daemon_is_one_clear_error(monkeypatch, tmp_path):
     from orchestrator.docker_backend import DockerBackend
     from orchestrator.docker_util import docker_available
     from orchestrator.errors import BackendUnavailable
@@ -244,11 +248,11 @@ def test_unreachable_daemon_is_one_clear_error(monkeypatch):
     ok, why = docker_available()
     assert not ok and "/nonexistent/docker.sock" in why
     with pytest.raises(BackendUnavailable, match="no Docker daemon"):
-        DockerBackend("x", __import__("pathlib").Path("/tmp/x"))
+        DockerBackend(BackendContext("x", Path("/tmp/x"), StateStore(tmp_path)))
 
 
 def test_capabilities_shape():
-    from orchestrator.docker_backend import _capabilities
+    from orchestrator.docker_netns import kernel_capabilities as _capabilities
 
     caps = _capabilities()
     assert caps.path in ("netem", "userspace+htb", "userspace")
@@ -266,9 +270,9 @@ def test_cleanup_all_is_scoped_to_the_state_dir(docker_backends, tmp_path, monke
     other = docker_backends(unique_testbed("other"), entrypoint=SINK_ENTRYPOINT)
     other.prepare(["n0"])
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state-a"))
-    lines = DockerBackend.cleanup(None)  # `testbed down --all` under state-a
+    lines = DockerBackend.cleanup(None, StateStore())  # `testbed down --all` under state-a
     assert any(mine.network_name in line for line in lines)
     assert not any(other.network_name in line for line in lines)
     assert _docker_ls("network", other.testbed) != []
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state-b"))
-    assert any(other.network_name in line for line in DockerBackend.cleanup(None))
+    assert any(other.network_name in line for line in DockerBackend.cleanup(None, StateStore()))

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from orchestrator import image as image_mod
+from orchestrator import image_base
 from tests.docker_fixtures import needs_docker, node_image  # noqa: F401 - fixture
 
 
@@ -79,7 +80,7 @@ def test_build_from_nothing(tmp_path, monkeypatch):
     import docker
 
     monkeypatch.setenv("TESTBED_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(image_mod, "BASE_REPO", "gossip-testbed/base-scratch-test")
+    monkeypatch.setattr(image_base, "BASE_REPO", "gossip-testbed/base-scratch-test")
     client = docker.from_env()
     made: list[str] = []
     try:

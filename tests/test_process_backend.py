@@ -19,6 +19,7 @@ import pytest
 
 from node.engine.api import TraceType
 from node.tracefile import read_trace
+from orchestrator.backend import BackendContext
 from orchestrator.experiment.model import ChurnAction, LinkParams, NodeSpec, Publish, ResolvedExperiment
 from orchestrator.process_backend import ProcessBackend, node_host, proc_alive, proc_start_time, subnet_octet
 from orchestrator.state import StateStore
@@ -98,7 +99,7 @@ def missing_deliveries(run_dir: Path, nodes: list[str], grace_ns: int = 500_000_
 
 @pytest.mark.slow
 def test_run_delivers_to_every_live_subscriber_and_keeps_every_trace(state_dir, tmp_path):
-    from orchestrator.controller import run_experiment
+    from orchestrator.runs import run_experiment
 
     churn = (
         ChurnAction(1.1, "kill", ("n2",)),
@@ -146,14 +147,14 @@ def test_run_delivers_to_every_live_subscriber_and_keeps_every_trace(state_dir, 
 
 def test_two_testbeds_get_distinct_address_ranges(state_dir, tmp_path):
     store = StateStore(state_dir)
-    a = ProcessBackend("alpha", tmp_path / "a", store)
+    a = ProcessBackend(BackendContext("alpha", tmp_path / "a", store))
     store.create({"name": "alpha", "backend": "process", "nodes": {}})
     addrs_a = a.prepare(["x", "y"])
     store.create({"name": "beta", "backend": "process", "nodes": {}})
     # Force beta to hash onto alpha's octet: it must move on.
     octet_a = store.load("alpha")["net"]
     assert subnet_octet("beta", {octet_a}) != octet_a
-    b = ProcessBackend("beta", tmp_path / "b", store)
+    b = ProcessBackend(BackendContext("beta", tmp_path / "b", store))
     addrs_b = b.prepare(["x", "y"])
     hosts_a = {v.host for v in addrs_a.values()}
     hosts_b = {v.host for v in addrs_b.values()}

@@ -197,7 +197,7 @@ linger: 3s
 
 
 def test_traces_encoded_by_forked_writers_equal_traces_encoded_in_place(tmp_path, monkeypatch):
-    import orchestrator.simulator as simulator
+    import orchestrator.sim_traces as sim_traces
 
     simulate(TOPOLOGIES / "quick.yaml", tmp_path / "in_place")
     forks = []
@@ -209,8 +209,8 @@ def test_traces_encoded_by_forked_writers_equal_traces_encoded_in_place(tmp_path
             forks.append(pid)
         return pid
 
-    monkeypatch.setattr(simulator.os, "fork", counting_fork)
-    monkeypatch.setattr(simulator.TraceSink.__init__, "__defaults__", (50,))  # many small chunks
+    monkeypatch.setattr(sim_traces.os, "fork", counting_fork)
+    monkeypatch.setattr(sim_traces.TraceSink.__init__, "__defaults__", (50,))  # many small chunks
     simulate(TOPOLOGIES / "quick.yaml", tmp_path / "forked")
     assert len(forks) > 10
     assert trace_bytes(tmp_path / "in_place") == trace_bytes(tmp_path / "forked")

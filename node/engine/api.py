@@ -5,9 +5,9 @@ produces for a peer into a single RPC (the spec's control piggybacking)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Protocol
 
+from node.trace_vocab import TraceType
 from node.wire import (
     Control,
     Graft,
@@ -26,24 +26,6 @@ NS = 1_000_000_000
 FLOODSUB_ID = "/floodsub/1.0.0"
 MESHSUB_ID = "/meshsub/1.0.0"
 RANDOMSUB_ID = "/randomsub/1.0.0"
-
-
-class TraceType(IntEnum):
-    """go-libp2p-pubsub's TraceEvent.Type numbers."""
-
-    PUBLISH_MESSAGE = 0
-    REJECT_MESSAGE = 1
-    DUPLICATE_MESSAGE = 2
-    DELIVER_MESSAGE = 3
-    ADD_PEER = 4
-    REMOVE_PEER = 5
-    RECV_RPC = 6
-    SEND_RPC = 7
-    DROP_RPC = 8
-    JOIN = 9
-    LEAVE = 10
-    GRAFT = 11
-    PRUNE = 12
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """Router kinds by the names experiment files use, with their parameter classes,
-so that one place maps `router: gossipsub` and its parameters to an engine."""
+so that one place maps `router: gossipsub` and its parameters to an engine,
+and says what the orchestrator needs to know about each kind's mesh."""
 
 from __future__ import annotations
 
@@ -19,10 +20,27 @@ from node.wire import PeerId
 
 @dataclass(frozen=True)
 class RouterKind:
+    """`mesh_low_key`: the parameter that is the mesh's low-water mark (None:
+    the router keeps no mesh), and its default; `mesh_any_topic`: the router
+    meshes with peers whatever their topics (simsub's single overlay)."""
+
     name: str
     params: type
     build: Callable[[PeerId, random.Random, Any], Router]
     fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    mesh_low_key: str | None = None
+    mesh_any_topic: bool = False
+
+    @property
+    def meshes(self) -> bool:
+        return self.mesh_low_key is not None
+
+    def mesh_low(self, values: Mapping[str, Any]) -> int:
+        """How many mesh peers a node of this kind wants at least (0: no mesh)."""
+        if self.mesh_low_key is None:
+            return 0
+        default = getattr(self.params(), self.mesh_low_key)
+        return int(values.get(self.mesh_low_key, default))
 
     def make_params(self, values: Mapping[str, Any]) -> Any:
         """Parameters from a mapping; unknown names or bad values raise
@@ -41,9 +59,9 @@ class RouterKind:
 ROUTERS: dict[str, RouterKind] = {
     "floodsub": RouterKind("floodsub", FloodSubParams, FloodSubRouter),
     "randomsub": RouterKind("randomsub", RandomSubParams, RandomSubRouter),
-    "meshsub": RouterKind("meshsub", GossipSubParams, GossipSubRouter, {"gossip": False}),
-    "gossipsub": RouterKind("gossipsub", GossipSubParams, GossipSubRouter, {"gossip": True}),
-    "simsub": RouterKind("simsub", SimSubParams, SimSubRouter),
+    "meshsub": RouterKind("meshsub", GossipSubParams, GossipSubRouter, {"gossip": False}, "D_low"),
+    "gossipsub": RouterKind("gossipsub", GossipSubParams, GossipSubRouter, {"gossip": True}, "D_low"),
+    "simsub": RouterKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True),
 }
 
 

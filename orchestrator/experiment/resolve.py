@@ -6,8 +6,8 @@ so one choice does not shift another when a file changes elsewhere, and
 nothing depends on PYTHONHASHSEED: candidates are always lists in the
 experiment's canonical node order (groups in file order, then index), never sets.
 
-Churn is resolved by replaying it in time order on a small model of each node
-(running or not, paused, partitioned, subscribed topics). That lets a random
+Churn is resolved by replaying it in time order on each node's lifecycle
+state (orchestrator/lifecycle.py, the table every runner uses). That lets a random
 selector pick only nodes the action makes sense for (kill picks among running
 nodes, start among killed ones), lets a named selector fail with a clear error
 when it does not, and tells the workload which nodes are reachable when each
@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 from orchestrator import graphs
 from orchestrator.experiment.model import ChurnAction, NodeSpec, Publish, ResolvedExperiment
-from orchestrator.experiment.spec import UNDO, Experiment, Selector, TimelineEntry, half_up
+from orchestrator.experiment.spec import Experiment, Selector, TimelineEntry, half_up
+from orchestrator.lifecycle import UNDO, NodeLife, Verb, needs, transition, why_not
 from orchestrator.links import Constant, PairLinks, Regions, Uniform
 
 MAX_OVERLAY_DRAWS = 100
@@ -59,23 +60,15 @@ def _fmt(t: float) -> str:
 
 @dataclass
 class _NodeState:
-    topics: set[str]
-    alive: bool = True
-    paused: bool = False
-    cut_all: bool = False
-    cut: set[str] = field(default_factory=set)
+    life: NodeLife
     # (time, reachable) after each change, in time order
     times: list[float] = field(default_factory=lambda: [float("-inf")])
     reachable: list[bool] = field(default_factory=lambda: [True])
 
-    @property
-    def up(self) -> bool:
-        return self.alive and not self.paused and not self.cut_all
-
     def record(self, t: float) -> None:
-        if self.up != self.reachable[-1]:
+        if self.life.reachable != self.reachable[-1]:
             self.times.append(t)
-            self.reachable.append(self.up)
+            self.reachable.append(self.life.reachable)
 
     def up_at(self, t: float) -> bool:
         return self.reachable[bisect.bisect_right(self.times, t) - 1]
@@ -96,7 +89,7 @@ class _Resolver:
         edges = self.overlay()
         pair = self.pair_links(nodes)
         links = {e: pair(*e) for e in edges}
-        self.state = {n: _NodeState(set(self.topics_of[n])) for n in self.names}
+        self.state = {n: _NodeState(NodeLife(topics=frozenset(self.topics_of[n]))) for n in self.names}
         times = [w.times() for w in exp.workloads]
         last_publish = max((t for ts in times for t in ts), default=0.0)
         churn = self.churn(last_publish)
@@ -195,7 +188,7 @@ class _Resolver:
                 action = self.occurrence(t, i, k, entry)
                 if entry.for_ is not None:
                     undo = ChurnAction(
-                        at=round(t + entry.for_, 9), action=UNDO[action.action], nodes=action.nodes,  # type: ignore[arg-type]
+                        at=round(t + entry.for_, 9), action=UNDO[Verb(action.action)].value, nodes=action.nodes,  # type: ignore[arg-type]
                         topic=action.topic, peers=action.peers, source=f"{action.source} (for {entry.for_:g}s)",
                     )
                     push(undo.at, "undo", (undo, entry))
@@ -223,67 +216,12 @@ class _Resolver:
 
     def ineligible(self, verb: str, n: str, topic: str | None, peers: tuple[str, ...]) -> str | None:
         """Why `verb` makes no sense on node n now (None: it does)."""
-        s = self.state[n]
-        if verb in ("kill", "stop", "restart"):
-            return None if s.alive else "it is not running (killed or stopped)"
-        if verb == "start":
-            return None if not s.alive else "it is already running"
-        if verb == "pause":
-            if not s.alive:
-                return "it is not running"
-            return None if not s.paused else "it is already paused"
-        if verb == "unpause":
-            return None if s.paused and s.alive else "it is not paused"
-        if verb == "disconnect":
-            if s.cut_all:
-                return "it is already disconnected from everyone"
-            if peers and all(p in s.cut for p in peers):
-                return "it is already disconnected from all those peers"
-            return None
-        if verb == "reconnect":
-            if peers:
-                if s.cut_all:
-                    return "it is disconnected from everyone; reconnect it without 'peers'"
-                return None if any(p in s.cut for p in peers) else "it is not disconnected from any of those peers"
-            return None if s.cut_all or s.cut else "it is not disconnected"
-        if verb == "leave":
-            return None if topic in s.topics else f"it is not subscribed to {topic!r}"
-        if verb == "join":
-            return None if topic not in s.topics else f"it is already subscribed to {topic!r}"
-        raise AssertionError(verb)
+        return why_not(self.state[n].life, Verb(verb), topic, peers)
 
     def apply(self, a: ChurnAction) -> None:
         for n in a.nodes:
             s = self.state[n]
-            verb = a.action
-            if verb in ("kill", "stop"):
-                s.alive, s.paused = False, False
-            elif verb == "start":
-                s.alive = True
-            elif verb == "restart":
-                s.alive, s.paused = True, False
-            elif verb == "pause":
-                s.paused = True
-            elif verb == "unpause":
-                s.paused = False
-            elif verb == "disconnect":
-                if a.peers:
-                    for p in a.peers:
-                        s.cut.add(p)
-                        self.state[p].cut.add(n)
-                else:
-                    s.cut_all = True
-            elif verb == "reconnect":
-                targets = list(a.peers) if a.peers else sorted(s.cut)
-                for p in targets:
-                    s.cut.discard(p)
-                    self.state[p].cut.discard(n)
-                if not a.peers:
-                    s.cut_all = False
-            elif verb == "leave":
-                s.topics.discard(a.topic)  # type: ignore[arg-type]
-            elif verb == "join":
-                s.topics.add(a.topic)  # type: ignore[arg-type]
+            s.life = transition(s.life, Verb(a.action), a.topic, a.peers).life
             s.record(a.at)
 
     def base(self, sel: Selector) -> list[str]:
@@ -306,7 +244,7 @@ class _Resolver:
             # steady-churn nodes belong to steady churn
             pool = [n for n in full if n not in steady]
             eligible = [n for n in pool if self.ineligible(entry.action, n, entry.topic, ()) is None]
-            what = _eligible_word(entry.action, entry.topic)
+            what = needs(Verb(entry.action), entry.topic)
             if sel.count is not None or sel.percent is not None:
                 # a random pick never takes a node the timeline names elsewhere
                 # nor one waiting for the undo of an earlier `for`, so those
@@ -385,7 +323,7 @@ class _Resolver:
         chosen = sorted(rng.sample(candidates, want), key=self.index.__getitem__)
         self.steady_nodes = chosen
         until = s.until if s.until is not None else (self.exp.duration if self.exp.duration is not None else last_publish)
-        up_verb = UNDO[s.action]
+        up_verb = UNDO[Verb(s.action)].value
         out: list[ChurnAction] = []
         for n in chosen:
             nrng = derive_rng(self.seed, "steady", n)
@@ -458,14 +396,6 @@ class _Resolver:
             Publish(seq=s, at=p.at, topic=p.topic, size=p.size, publisher=p.publisher, via=p.via)
             for s, (_, _, _, p) in enumerate(rows)
         ]
-
-
-def _eligible_word(verb: str, topic: str | None) -> str:
-    return {
-        "kill": "running", "stop": "running", "restart": "running", "start": "killed or stopped",
-        "pause": "running and not paused", "unpause": "paused", "disconnect": "not already disconnected",
-        "reconnect": "disconnected", "leave": f"subscribed to {topic!r}", "join": f"not subscribed to {topic!r}",
-    }[verb]
 
 
 def _short(names: list[str]) -> str:

@@ -1,0 +1,125 @@
+"""When a real testbed is ready: every node answers its control endpoint and
+is connected to every overlay neighbour it can reach (an error naming the
+stragglers if not), then has a mesh (a warning if not). Used at `up` and
+after a node is started or reconnected, so node_up is logged when the node
+can really receive."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from node.engine.registry import ROUTERS
+from node.trace_vocab import RunEvent
+from orchestrator.backend import Backend
+from orchestrator.errors import TestbedError
+from orchestrator.nodestate import NodeState
+from orchestrator.progress import Reporter
+
+POLL_S = 0.2
+
+
+class Readiness:
+    def __init__(
+        self, nodes: Mapping[str, NodeState], backend: Backend, warn: Callable[[str], None],
+        event: Callable[..., None],
+    ) -> None:
+        self.nodes = nodes
+        self.backend = backend
+        self.warn = warn
+        self.event = event
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        return self.backend.control_client(name).try_call("status", timeout=2.0)
+
+    def expected_peers(self, name: str) -> set[str]:
+        st = self.nodes[name]
+        return {
+            p for p in st.neighbours
+            if p in self.nodes and self.nodes[p].reachable and not st.life.cut_off_from(p)
+            and not self.nodes[p].life.cut_off_from(name)
+        }
+
+    def meshed(self, name: str, status: dict[str, Any]) -> bool:
+        st = self.nodes[name]
+        if not st.mesh_low:
+            return True
+        kind = ROUTERS.get(st.router)
+        any_topic = kind is not None and kind.mesh_any_topic
+        peers = set(status.get("peers", []))
+        mesh = status.get("mesh", {})
+        for topic in st.topics:
+            if topic not in mesh:
+                return False
+            candidates = [
+                p for p in peers
+                if p in self.nodes and _meshes(self.nodes[p].router)
+                and (any_topic or topic in self.nodes[p].topics)
+            ]
+            if len(mesh[topic]) < min(st.mesh_low, len(candidates)):
+                return False
+        return True
+
+    def wait(
+        self, names: Sequence[str], timeout: float, reporter: Reporter, mesh_timeout: float | None = None
+    ) -> None:
+        pending = set(names)
+        last: dict[str, dict[str, Any] | None] = {}
+        dead: set[str] = set()
+        deadline = time.monotonic() + timeout
+        with reporter.phase(f"waiting for {len(names)} nodes to connect", len(names)) as advance:
+            while pending and time.monotonic() < deadline:
+                for name in sorted(pending):
+                    status = last[name] = self.status(name)
+                    if status is None:
+                        if not self.backend.is_running(name):
+                            dead.add(name)
+                        continue
+                    if self.expected_peers(name) <= set(status.get("peers", [])):
+                        pending.discard(name)
+                        advance(1)
+                if dead & pending:
+                    break
+                if pending:
+                    time.sleep(POLL_S)
+        if pending:
+            self._fail(sorted(pending), last, dead)
+        mesh_pending = set(names)
+        mesh_deadline = time.monotonic() + (mesh_timeout if mesh_timeout is not None else 5.0 + 0.05 * len(names))
+        with reporter.phase("waiting for meshes", len(names)) as advance:
+            while mesh_pending and time.monotonic() < mesh_deadline:
+                for name in sorted(mesh_pending):
+                    status = self.status(name)
+                    if status is not None and self.meshed(name, status):
+                        mesh_pending.discard(name)
+                        advance(1)
+                if mesh_pending:
+                    time.sleep(POLL_S)
+        if mesh_pending:
+            shown = ", ".join(sorted(mesh_pending)[:10])
+            self.warn(f"{len(mesh_pending)} node(s) had no full mesh after the wait: {shown}")
+
+    def _fail(self, pending: list[str], last: dict[str, Any], dead: set[str]) -> None:
+        exited = [n for n in pending if n in dead]
+        silent = [n for n in pending if n not in dead and last.get(n) is None]
+        partial = [n for n in pending if n not in dead and last.get(n) is not None]
+        parts = []
+        if exited:
+            parts.append(f"exited: {', '.join(exited)} (see {Path(self.backend.run_dir) / 'node-logs'})")
+        if silent:
+            parts.append(f"never answered: {', '.join(silent[:20])}{' ...' if len(silent) > 20 else ''}")
+        if partial:
+            desc = []
+            for n in partial[:20]:
+                missing = sorted(self.expected_peers(n) - set(last[n].get("peers", [])))
+                desc.append(f"{n} (missing {', '.join(missing[:5])})")
+            parts.append(f"not connected: {'; '.join(desc)}")
+        self.event(RunEvent.WARNING, message="nodes never came up: " + "; ".join(parts))
+        raise TestbedError(f"{len(pending)} node(s) never came up: " + "; ".join(parts))
+
+
+def _meshes(router: str) -> bool:
+    kind = ROUTERS.get(router)
+    return kind is not None and kind.meshes

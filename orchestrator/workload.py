@@ -1,0 +1,127 @@
+"""The workload of a real testbed on the wall clock: publishes and churn
+actions at their times from t=0 (when every node is up), then the linger.
+
+Publishing goes through a node's control endpoint, and only through a node
+the lifecycle calls reachable (orchestrator/lifecycle.py says why); a message
+with no reachable publisher is skipped with a warning, as in the simulator.
+
+`linger: auto` (ResolvedExperiment.linger_auto): after the last publish and
+churn action, wait until the network is quiet, that is until no reachable
+node's counters of RPCs sent and received and of deliveries change between
+two polls of its status, and at most until the experiment's end (the linger
+bound); then stop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from node.runtime.client import ControlError
+from node.trace_vocab import RunEvent
+from orchestrator.backend import Backend
+from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
+from orchestrator.nodestate import NodeState
+from orchestrator.progress import Reporter
+from orchestrator.runinfo import RunWriter
+
+INJECTOR = "injector"  # the `from` of injected messages, as in the simulator
+QUIET_POLL_S = 1.0
+QUIET_COUNTERS = ("rpcs_in", "rpcs_out", "delivered")
+
+
+def sleep_until(t_ns: int) -> None:
+    while (left := t_ns - time.time_ns()) > 0:
+        time.sleep(min(left / 1e9, 0.5))
+
+
+def publish(
+    p: Publish, nodes: Mapping[str, NodeState], backend: Backend, writer: RunWriter, warn: Callable[[str], None]
+) -> str | None:
+    """Hand one workload message to its publisher (or, injected, to every
+    node in `via`); logs `publish` and returns the message id."""
+    live = [n for n in p.via if n in nodes and nodes[n].reachable]
+    if not live:
+        warn(f"message {p.seq}: no live publisher among {list(p.via)}; skipped")
+        return None
+    t = time.time_ns()
+    handed: list[str] = []
+    mid = None
+    for node in (live[:1] if p.publisher is not None else live):
+        client = backend.control_client(node)
+        try:
+            if p.publisher is not None:
+                reply = client.call("publish", topic=p.topic, size=p.size, seq=p.seq)
+            else:
+                reply = client.call(
+                    "inject", **{"from": INJECTOR}, seqno=p.seq + 1, topic=p.topic, size=p.size, seq=p.seq
+                )
+        except ControlError as exc:
+            warn(f"message {p.seq}: {node} refused the publish: {exc}")
+            continue
+        mid = mid or reply.get("message_id")
+        handed.append(node)
+    if not handed:
+        return None
+    writer.event(t, RunEvent.PUBLISH, node=p.publisher, via=handed, topic=p.topic, message_id=mid, size=p.size, seq=p.seq)
+    return mid
+
+
+def run_timeline(
+    resolved: ResolvedExperiment, t0_ns: int, reporter: Reporter,
+    do_publish: Callable[[Publish], Any], do_churn: Callable[[ChurnAction], None],
+) -> None:
+    """Publishes and churn actions at their times (churn first when times
+    tie), until the last of them; the caller lingers."""
+    items: list[tuple[float, int, int, Any]] = [(c.at, 0, i, c) for i, c in enumerate(resolved.churn)]
+    items += [(p.at, 1, i, p) for i, p in enumerate(resolved.publishes)]
+    items.sort(key=lambda x: (x[0], x[1], x[2]))
+    title = (f"workload: {len(resolved.publishes)} messages, {len(resolved.churn)} churn actions, "
+             f"{resolved.end_time():.1f} s")
+    with reporter.phase(title, len(items)) as advance:
+        for at, _, _, item in items:
+            sleep_until(t0_ns + round(at * 1e9))
+            if isinstance(item, ChurnAction):
+                do_churn(item)
+            else:
+                do_publish(item)
+            advance(1)
+
+
+def last_action_s(resolved: ResolvedExperiment) -> float:
+    return max([0.0, *(p.at for p in resolved.publishes), *(c.at for c in resolved.churn)])
+
+
+def counters(nodes: Mapping[str, NodeState], backend: Backend) -> dict[str, tuple[int, ...] | None]:
+    """Each reachable node's RPC and delivery counters (None: no answer)."""
+    def one(name: str) -> tuple[int, ...] | None:
+        status = backend.control_client(name).try_call("status", timeout=2.0)
+        if status is None:
+            return None
+        got = status.get("counters", {})
+        return tuple(int(got.get(k, 0)) for k in QUIET_COUNTERS)
+
+    names = [n for n, st in nodes.items() if st.reachable]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return dict(zip(names, pool.map(one, names), strict=True))
+
+
+def linger_until_quiet(
+    nodes: Mapping[str, NodeState], backend: Backend, deadline_ns: int, reporter: Reporter,
+    poll_s: float = QUIET_POLL_S,
+) -> float | None:
+    """Poll until two polls in a row see the same counters; the seconds that
+    took, or None when the deadline came first."""
+    start = time.time_ns()
+    with reporter.phase("lingering until the network is quiet"):
+        previous = counters(nodes, backend)
+        while time.time_ns() + poll_s * 1e9 <= deadline_ns:
+            time.sleep(poll_s)
+            now = counters(nodes, backend)
+            if now == previous:
+                return round((time.time_ns() - start) / 1e9, 3)
+            previous = now
+    sleep_until(deadline_ns)
+    return None
