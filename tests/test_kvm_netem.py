@@ -112,3 +112,22 @@ def test_a_refused_or_unreported_command_is_a_failure():
         f"[a] {shlex.join(programs['a'][0])}: Error: Specified qdisc kind is unknown.",
         f"[t] {shlex.join(programs['t'][-1])}: ",
     )
+
+
+def test_a_missing_qemu_is_the_skip_reason(monkeypatch):
+    real_which = kvm_guest.shutil.which
+    monkeypatch.setattr(kvm_guest.shutil, "which", lambda name: None if name == kvm_guest.QEMU else real_which(name))
+    reason = kvm_guest.missing()
+    assert reason is not None and "qemu-system-x86" in reason
+
+
+def test_modules_load_after_what_they_need(tmp_path):
+    (tmp_path / "modules.dep").write_text(
+        "kernel/net/bridge/bridge.ko: kernel/net/802/stp.ko kernel/net/llc/llc.ko\n"
+        "kernel/net/802/stp.ko: kernel/net/llc/llc.ko\n"
+        "kernel/net/llc/llc.ko:\n"
+        "kernel/drivers/net/veth.ko:\n"
+    )
+    order = kvm_guest._module_order(tmp_path, ("veth", "bridge"))
+    assert order == ["kernel/drivers/net/veth.ko", "kernel/net/llc/llc.ko", "kernel/net/802/stp.ko",
+                     "kernel/net/bridge/bridge.ko"]
