@@ -54,7 +54,7 @@ def bench(n: int, image: str, degree: int, uplink_bps: int, publish_s: float, ra
             configs.append(NodeConfig(
                 name=node, router="gossipsub", seed=i, listen_host=a.host, listen_port=a.port,
                 control_host=a.control_host, control_port=a.control_port, token=TOKEN,
-                trace_path=str(run_dir / "traces" / f"{node}.pb"), topics=("t",),
+                trace_path=str(run_dir / "traces" / f"{node}.pb"), index=i, topics=("t",),
                 initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port) for p in dial),
             ))
         backend.start_many(configs)

@@ -9,6 +9,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node.engine.authenticity import STRICT, Authenticity
+from node.identity import Identity, identity_for_index
+from node.wire import FROM_SEQNO
+
 
 @dataclass(frozen=True)
 class PeerAddress:
@@ -42,6 +46,7 @@ class NodeConfig:
     control_port: int
     token: str
     trace_path: str
+    index: int  # the node's index in the experiment: its libp2p identity (node/identity.py)
     params: dict[str, Any] = field(default_factory=dict)
     topics: tuple[str, ...] = ()
     initial_peers: tuple[PeerAddress, ...] = ()
@@ -57,11 +62,22 @@ class NodeConfig:
     dial_backoff_ms: int = 50  # first redial delay, doubled per failure ...
     dial_backoff_max_ms: int = 2000  # ... up to this cap
     handshake_timeout_ms: int = 5000
+    # The network's wire and message authenticity (the experiment's `wire:`).
+    security: str = "noise"  # noise | plaintext
+    authenticity: str = STRICT  # strict | author | anonymous
+    message_id: str = FROM_SEQNO  # from-seqno | first-8-bytes
+
+    @property
+    def identity(self) -> Identity:
+        return identity_for_index(self.index)
 
     @property
     def peer_id(self) -> bytes:
-        """Peer ids in the testbed are the node names, UTF-8 encoded."""
-        return self.name.encode()
+        return self.identity.peer_id
+
+    def auth(self) -> Authenticity:
+        """The message authenticity policy the node's engine is given."""
+        return Authenticity(self.authenticity, self.message_id, self.identity)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)

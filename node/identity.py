@@ -41,6 +41,10 @@ MULTIHASH_SHA2_256 = 0x12
 MAX_INLINE_KEY_LENGTH = 42
 
 ED25519_SIGNATURE_SIZE = 64
+# The author of messages the testbed injects (the reference simulator hands one
+# message to several nodes): the last u32 index, which no experiment reaches,
+# so every node and every tool derives the same injector key.
+INJECTOR_INDEX = 0xFFFF_FFFF
 B58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _B58_INDEX = {c: i for i, c in enumerate(B58_ALPHABET)}
 

@@ -43,6 +43,14 @@ def message_id(function: str, from_peer: PeerId, seqno: bytes, data: bytes) -> M
     raise ValueError(f"unknown message-id function {function!r} (known: {', '.join(MESSAGE_ID_FUNCTIONS)})")
 
 
+def workload_data(seq: int, size: int) -> bytes:
+    """The testbed's deterministic message data: the workload sequence number
+    as a big-endian u64 (test-plans' convention, so first-8-bytes ids are
+    unique), then `msg-<seq>:` repeated, cut to `size` bytes."""
+    head = f"msg-{seq}:".encode()
+    return (seq.to_bytes(8, "big") + head * (size // len(head) + 1))[:size]
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """A pubsub message. Empty `from_peer`, `seqno`, `signature` and `key` are

@@ -41,6 +41,7 @@ from orchestrator.errors import BackendUnavailable, InputError, TestbedError
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
 from orchestrator.nodeconfigs import build_configs, kernel_shape
+from orchestrator.peers import wire_facts
 from orchestrator.progress import Reporter
 from orchestrator.rundir import default_run_dir
 from orchestrator.runinfo import RunWriter, host_facts
@@ -149,7 +150,7 @@ class Controller:
             "name": testbed, "backend": backend_name, "run_dir": str(run_dir), "token": token,
             "status": "starting", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "cli_pid": os.getpid(), "experiment": resolved.source, "experiment_name": resolved.name,
-            "seed": resolved.seed, "t0_ns": time.time_ns(), "nodes": {},
+            "seed": resolved.seed, "t0_ns": time.time_ns(), "nodes": {}, "wire_facts": wire_facts(resolved),
         })
         try:
             backend = bcls(testbed, run_dir)
@@ -417,7 +418,7 @@ class Controller:
                     reply = self.client(node).call("publish", topic=p.topic, size=p.size, seq=p.seq)
                 else:
                     reply = self.client(node).call(
-                        "inject", **{"from": INJECTOR}, seqno=p.seq + 1, topic=p.topic, size=p.size, seq=p.seq
+                        "inject", seqno=p.seq + 1, topic=p.topic, size=p.size, seq=p.seq
                     )
             except ControlError as exc:
                 self._warn(f"message {p.seq}: {node} refused the publish: {exc}")
@@ -620,7 +621,7 @@ class Controller:
                 "path": caps.get("path"), "netem_available": caps.get("kernel_delay") if self.backend.name != "process" else None,
                 "detail": caps.get("detail"),
             },
-            "host": host_facts(), "nodes": len(self.nodes),
+            "host": host_facts(), "nodes": len(self.nodes), **record.get("wire_facts", {}),
         }
         if final:
             manifest["wall_time_s"] = round((time.time_ns() - (t0 or time.time_ns())) / 1e9, 3)

@@ -9,6 +9,7 @@ from pathlib import Path
 from node.config import LinkShape, NodeConfig, PeerAddress
 from orchestrator.backend import NodeAddress, ShapingCapabilities
 from orchestrator.experiment.model import LinkParams, ResolvedExperiment
+from orchestrator.peers import node_indices
 
 
 def kernel_shape(link: LinkParams) -> LinkShape:
@@ -24,11 +25,14 @@ def build_configs(
     resolved: ResolvedExperiment, addresses: dict[str, NodeAddress], caps: ShapingCapabilities,
     token: str, run_dir: Path,
 ) -> dict[str, NodeConfig]:
-    """Every node's NodeConfig. Each overlay edge is dialled by its lower
+    """Every node's NodeConfig. A node's index (its identity, orchestrator/peers.py)
+    is its position in the experiment; the wire and message authenticity are
+    the experiment's. Each overlay edge is dialled by its lower
     name (the same side the simultaneous-dial rule keeps); trace and lag files
     go straight into the run directory (a backend that runs nodes elsewhere
     rewrites these paths)."""
     neighbours = resolved.neighbours()
+    indices = node_indices(resolved)
     configs = {}
     for spec in resolved.nodes:
         me = spec.name
@@ -38,12 +42,13 @@ def build_configs(
             name=me, router=spec.router, seed=spec.seed,
             listen_host=addr.host, listen_port=addr.port,
             control_host=addr.control_host, control_port=addr.control_port,
-            token=token, trace_path=str(run_dir / "traces" / f"{me}.pb"),
+            token=token, trace_path=str(run_dir / "traces" / f"{me}.pb"), index=indices[me],
             params=dict(spec.params), topics=tuple(spec.topics),
             initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port) for p in dial),
             shaping={p: user_shape(resolved.link(me, p), caps) for p in neighbours[me]},
             default_shape=user_shape(resolved.default_link, caps),
             uplink_bps=None if caps.kernel_rate else spec.uplink_bps,
             lag_path=str(run_dir / "node-logs" / f"{me}.lag.json"),
+            security=resolved.security, authenticity=resolved.authenticity, message_id=resolved.message_id,
         )
     return configs

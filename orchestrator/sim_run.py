@@ -14,6 +14,7 @@ from typing import Any
 
 from node.engine.api import NS
 from orchestrator.experiment.model import ResolvedExperiment
+from orchestrator.peers import wire_facts
 from orchestrator.runinfo import RunWriter, host_facts
 from orchestrator.simulator import WARMUP_S, SimStats, Simulator
 from orchestrator.version import tool_version
@@ -107,6 +108,7 @@ def run_simulation(
         "nodes": len(resolved.nodes),
         "python": platform.python_version(),
         "warnings": [],
+        **wire_facts(resolved),
         "sim_summary": summary,
     })
     writer.close()

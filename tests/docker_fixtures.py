@@ -119,6 +119,6 @@ def sink_config(backend, node: str, addresses, peers=()):
     return NodeConfig(
         name=node, router="floodsub", seed=1, listen_host=addr.host, listen_port=addr.port,
         control_host=addr.control_host, control_port=addr.control_port, token="tok",
-        trace_path=str(backend.run_dir / "traces" / f"{node}.pb"),
+        trace_path=str(backend.run_dir / "traces" / f"{node}.pb"), index=sorted(addresses).index(node),
         initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port) for p in peers),
     )

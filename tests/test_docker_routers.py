@@ -30,7 +30,7 @@ def _configs(backend, addresses, nodes):
             name=node, router="gossipsub", seed=100 + i,
             listen_host=addr.host, listen_port=addr.port,
             control_host=addr.control_host, control_port=addr.control_port, token=TOKEN,
-            trace_path=str(backend.run_dir / "traces" / f"{node}.pb"),
+            trace_path=str(backend.run_dir / "traces" / f"{node}.pb"), index=i,
             topics=("t",),
             initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port) for p in dial),
             params={"D": 4, "D_low": 3, "D_high": 6},

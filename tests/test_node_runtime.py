@@ -16,6 +16,7 @@ import trio
 from node.codec import FrameDecoder, encode_frame, encode_uvarint
 from node.config import NodeConfig, PeerAddress
 from node.engine.api import TraceType
+from node.identity import INJECTOR_INDEX, identity_for_index
 from node.runtime.control import handle
 from node.runtime.daemon import Node
 from node.runtime.handshake import HandshakeError, Hello, agree, parse_hello
@@ -23,12 +24,16 @@ from node.tracefile import read_trace
 from node.wire import Control, Graft, IHave, IWant, Message, Prune, Rpc, SubOpts, decode_rpc, encode_rpc
 
 TOKEN = "secret-token"
+INDEX: dict[str, int] = {}  # every test node name gets its own identity
+RAW_PEER = identity_for_index(10_000)  # the identity hand-driven peers claim
+RAW_PEER_ID = RAW_PEER.peer_id_b58
 
 
 def make_cfg(tmp: Path, name: str, **kw) -> NodeConfig:
     base = dict(
         name=name, router="gossipsub", seed=sum(name.encode()), listen_host="127.0.0.1", listen_port=0,
         control_host="127.0.0.1", control_port=0, token=TOKEN, trace_path=str(tmp / f"{name}.pb"),
+        index=INDEX.setdefault(name, len(INDEX)),
         topics=("t",), params={"heartbeat_interval": 0.2},
     )
     base.update(kw)
@@ -70,7 +75,7 @@ class RawPeer:
     @classmethod
     async def connect(cls, node: Node, name: str = "evil", protocols=("/meshsub/1.0.0",)) -> RawPeer:
         stream = await trio.open_tcp_stream("127.0.0.1", node.listen_port)
-        await stream.send_all(Hello(name, tuple(protocols)).encode())
+        await stream.send_all(Hello(name, RAW_PEER_ID, tuple(protocols)).encode())
         decoder = FrameDecoder()
         with trio.fail_after(5):
             while True:
@@ -101,15 +106,20 @@ def trace_types(path: str) -> list[int]:
 # Handshake
 
 def test_hello_roundtrip_and_negotiation():
-    a = Hello("a", ("/meshsub/1.0.0", "/floodsub/1.0.0"))
+    a = Hello("a", RAW_PEER_ID, ("/meshsub/1.0.0", "/floodsub/1.0.0"))
     frames = list(FrameDecoder().feed(a.encode()))
     assert parse_hello(frames[0]) == a
-    b = Hello("b", ("/floodsub/1.0.0",))
+    assert a.peer_id_bytes == identity_for_index(10_000).peer_id
+    b = Hello("b", RAW_PEER_ID, ("/floodsub/1.0.0",))
     assert agree(a, b) == agree(a, b) == "/floodsub/1.0.0"
     with pytest.raises(HandshakeError):
-        agree(a, Hello("c", ("/simsub/1.0.0",)))
-    for bad in (b"\xff\xfe", b"[]", b'{"hello": "x"}', b'{"hello": "gossip-testbed/1", "name": "", "protocols": ["p"]}',
-                b'{"hello": "gossip-testbed/1", "name": "n", "protocols": []}'):
+        agree(a, Hello("c", RAW_PEER_ID, ("/simsub/1.0.0",)))
+    pid = RAW_PEER_ID
+    for bad in (b"\xff\xfe", b"[]", b'{"hello": "x"}',
+                b'{"hello": "gossip-testbed/1", "name": "", "peer_id": "%s", "protocols": ["p"]}' % pid.encode(),
+                b'{"hello": "gossip-testbed/1", "name": "n", "peer_id": "%s", "protocols": []}' % pid.encode(),
+                b'{"hello": "gossip-testbed/1", "name": "n", "protocols": ["p"]}',
+                b'{"hello": "gossip-testbed/1", "name": "n", "peer_id": "n0", "protocols": ["p"]}'):
         with pytest.raises(HandshakeError):
             parse_hello(bad)
 
@@ -124,15 +134,17 @@ def test_nodes_connect_mesh_and_deliver(tmp_path):
             await b.connect("127.0.0.1", c.listen_port, "n2", True)
             await wait_for(lambda: a.mesh().get("t") == ["n1"] and c.mesh().get("t") == ["n1"])
             reply = await ctl(c, "publish", topic="t", size=1000)
-            assert reply["ok"] and len(reply["message_id"]) == 2 * (2 + 8)
+            assert reply["ok"] and reply["message_id"] == c.cfg.peer_id.hex() + reply["message_id"][-16:]
             await wait_for(lambda: a.counters["delivered"] == 1 and b.counters["delivered"] == 1)
+            assert c.counters["delivered"] == 1  # the publisher delivers its own message (go)
             st = (await ctl(b, "status"))
             assert st["peers"] == ["n0", "n2"] and st["counters"]["delivered"] == 1
             assert st["lag"]["samples"] > 0
             # injection: the same message id handed to two nodes
-            r1 = await ctl(a, "inject", **{"from": "injector"}, seqno=5, topic="t", size=10, seq=4)
-            r2 = await ctl(c, "inject", **{"from": "injector"}, seqno=5, topic="t", size=10, seq=4)
-            assert r1["message_id"] == r2["message_id"] == (b"injector" + (5).to_bytes(8, "big")).hex()
+            r1 = await ctl(a, "inject", seqno=5, topic="t", size=10, seq=4)
+            r2 = await ctl(c, "inject", seqno=5, topic="t", size=10, seq=4)
+            injector = identity_for_index(INJECTOR_INDEX).peer_id
+            assert r1["message_id"] == r2["message_id"] == (injector + (5).to_bytes(8, "big")).hex()
             await wait_for(lambda: b.counters["delivered"] == 2)
 
     trio.run(main)

@@ -12,7 +12,7 @@ from node.config import LinkShape
 from node.engine.api import TraceType
 from node.runtime.shaper import LinkShaper, Uplink
 from node.tracefile import read_trace
-from test_node_runtime import RawPeer, ctl, make_cfg, running, wait_for
+from test_node_runtime import RAW_PEER, RawPeer, ctl, make_cfg, running, wait_for
 
 
 def test_delay_jitter_keep_fifo_order():
@@ -105,7 +105,7 @@ def test_full_queue_drops_and_traces_drop_rpc(tmp_path):
 
     trio.run(main)
     drops = [ev for ev in read_trace(tmp_path / "a.pb") if ev.type == TraceType.DROP_RPC]
-    assert len(drops) >= 30 and all(ev.dropRPC.sendTo == b"slow" for ev in drops)
+    assert len(drops) >= 30 and all(ev.dropRPC.sendTo == RAW_PEER.peer_id for ev in drops)
 
 
 def test_a_stalled_peer_does_not_block_the_router(tmp_path):
@@ -128,4 +128,4 @@ def test_a_stalled_peer_does_not_block_the_router(tmp_path):
 
     trio.run(main)
     drops = [ev.dropRPC.sendTo for ev in read_trace(tmp_path / "a.pb") if ev.type == TraceType.DROP_RPC]
-    assert drops and set(drops) == {b"stalled"}
+    assert drops and set(drops) == {RAW_PEER.peer_id}

@@ -36,6 +36,7 @@ import random
 import signal
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from node.codec import FrameDecoder, FrameError, encode_frame
 from node.config import LinkShape, NodeConfig, PeerAddress
 from node.engine import TraceType, make_router
 from node.engine.api import Output
+from node.identity import INJECTOR_INDEX, identity_for_index, peer_id_to_b58
 from node.runtime.handshake import (
     HandshakeError,
     Hello,
@@ -58,7 +60,7 @@ from node.runtime.lag import LagMeter
 from node.runtime.peer import PeerLink
 from node.runtime.shaper import LinkShaper, Uplink
 from node.tracefile import TraceWriter, rpc_event
-from node.wire import Message, decode_rpc, encode_rpc, seqno_bytes
+from node.wire import decode_rpc, encode_rpc
 
 log = logging.getLogger("node")
 
@@ -79,8 +81,13 @@ class Node:
     def __init__(self, cfg: NodeConfig) -> None:
         self.cfg = cfg
         self.name = cfg.name
-        self.engine = make_router(cfg.router, cfg.peer_id, cfg.seed, cfg.params)
-        self.hello: Hello = hello_for(self.name, self.engine.protocol_id, self.engine.supported_protocols)
+        self.auth = cfg.auth()
+        self.engine = make_router(cfg.router, cfg.peer_id, cfg.seed, cfg.params, auth=self.auth)
+        self.hello: Hello = hello_for(
+            self.name, cfg.identity.peer_id_b58, self.engine.protocol_id, self.engine.supported_protocols
+        )
+        self.peer_ids: dict[str, bytes] = {}  # peer name -> peer id, from their hellos
+        self.peer_names: dict[bytes, str] = {}  # and back: the engine speaks peer ids
         self.trace = TraceWriter(Path(cfg.trace_path), cfg.peer_id, cfg.flush_interval_ms * 1_000_000)
         self.lag = LagMeter()
         self.lag_path = Path(cfg.lag_path or cfg.trace_path + ".lag.json")
@@ -214,6 +221,8 @@ class Node:
                     raise HandshakeError("connection closed during the handshake")
             theirs = parse_hello(frame)
             check_peer_hello(self.hello, theirs, expect)
+            self.peer_ids[theirs.name] = theirs.peer_id_bytes
+            self.peer_names[theirs.peer_id_bytes] = theirs.name
             if dialing:
                 return theirs.name, agree(self.hello, theirs), decoder
             if self._blocked(theirs.name):
@@ -313,7 +322,9 @@ class Node:
         self, stream: trio.abc.Stream, decoder: FrameDecoder, peer: str, dialer: str, protocol: str
     ) -> bool:
         shaper = LinkShaper(self._shape_for(peer), self.uplink, self.rng)
-        link = PeerLink(peer, stream, decoder, dialer, protocol, shaper, self.cfg.queue_len, self._on_frame)
+        link = PeerLink(
+            peer, self.peer_ids[peer], stream, decoder, dialer, protocol, shaper, self.cfg.queue_len, self._on_frame
+        )
         if not self._admit(link):
             await trio.aclose_forcefully(stream)
             return False
@@ -328,7 +339,7 @@ class Node:
     def _on_frame(self, link: PeerLink, frame: bytes) -> None:
         if self.links.get(link.name) is not link:
             return  # a replaced connection's last words
-        rpc = decode_rpc(frame)  # WireError drops the peer
+        rpc = decode_rpc(frame, self.cfg.message_id)  # WireError drops the peer
         link.rpcs_in += 1
         self.counters["rpcs_in"] += 1
         now = time.time_ns()
@@ -344,7 +355,7 @@ class Node:
     def _apply(self, out: Output, now: int) -> None:
         events = list(out.trace)
         for peer, rpc in out.sends:
-            link = self.links.get(peer.decode("utf-8", "replace"))
+            link = self.links.get(self.peer_names.get(peer, ""))
             result = "dropped"
             if link is not None:
                 try:
@@ -388,10 +399,12 @@ class Node:
         now = time.time_ns()
         return self._published(self.engine.publish(now, topic, data), now)
 
-    def inject(self, from_peer: bytes, seqno: int, topic: str, data: bytes) -> str:
-        """Publish a message built elsewhere (the same id via several nodes)."""
+    def inject(self, seqno: int, topic: str, data: bytes) -> str:
+        """Publish a message built elsewhere (the same id via several nodes),
+        authored by the testbed's injector identity."""
         now = time.time_ns()
-        msg = Message(from_peer, data, seqno_bytes(seqno), topic)
+        injector = identity_for_index(INJECTOR_INDEX)
+        msg = replace(self.auth, signer=injector).author(injector.peer_id, seqno, topic, data)
         mid = self._published(self.engine.publish_message(now, msg), now)
         return mid or msg.id.hex()
 
@@ -429,19 +442,22 @@ class Node:
             self.isolated = self.isolated or None
         self._notify()
 
+    def _name_of(self, peer_id: bytes) -> str:
+        return self.peer_names.get(peer_id) or peer_id_to_b58(peer_id)
+
     def mesh(self) -> dict[str, list[str]]:
         mesh = getattr(self.engine, "mesh", None)
         if isinstance(mesh, dict):
-            return {t: sorted(p.decode("utf-8", "replace") for p in peers) for t, peers in sorted(mesh.items())}
+            return {t: sorted(self._name_of(p) for p in peers) for t, peers in sorted(mesh.items())}
         topic = getattr(self.engine, "topic", None)
         if topic is not None and isinstance(getattr(self.engine, "D", None), list):
-            return {topic: sorted(p.decode("utf-8", "replace") for p in self.engine.D)}
+            return {topic: sorted(self._name_of(p) for p in self.engine.D)}
         return {}
 
     def fanout(self) -> dict[str, list[str]]:
         fanout = getattr(self.engine, "fanout", None)
         if isinstance(fanout, dict):
-            return {t: sorted(p.decode("utf-8", "replace") for p in peers) for t, peers in sorted(fanout.items())}
+            return {t: sorted(self._name_of(p) for p in peers) for t, peers in sorted(fanout.items())}
         return {}
 
     def status(self) -> dict[str, Any]:

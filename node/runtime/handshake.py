@@ -1,8 +1,10 @@
 """The hello exchanged on every new connection, before any RPC.
 
 Both sides send one frame at once (no round trip to wait for): a JSON object
-`{"hello": "gossip-testbed/1", "name": "n3", "protocols": ["/meshsub/1.0.0",
-"/floodsub/1.0.0"]}` whose first protocol is the sender's preferred one. The
+`{"hello": "gossip-testbed/1", "name": "n3", "peer_id": "12D3KooW...",
+"protocols": ["/meshsub/1.0.0", "/floodsub/1.0.0"]}` whose first protocol is
+the sender's preferred one; `peer_id` is the sender's libp2p peer id, which its
+traces and messages carry. The
 protocol the connection speaks is `negotiate(dialer's, listener's, dialer's
 preferred)`, computed identically on both sides (as multistream-select lets the
 initiator propose), so the two ends always agree. This stands in for libp2p's
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 from node.codec import FrameDecoder, FrameError, encode_frame
 from node.engine.registry import negotiate
+from node.identity import peer_id_from_b58
 
 HELLO = "gossip-testbed/1"
 MAX_HELLO = 64 << 10
@@ -34,15 +37,22 @@ class HandshakeError(ValueError):
 @dataclass(frozen=True)
 class Hello:
     name: str
+    peer_id: str  # base58
     protocols: tuple[str, ...]  # preferred first
 
     def encode(self) -> bytes:
-        body = json.dumps({"hello": HELLO, "name": self.name, "protocols": list(self.protocols)})
+        body = json.dumps(
+            {"hello": HELLO, "name": self.name, "peer_id": self.peer_id, "protocols": list(self.protocols)}
+        )
         return encode_frame(body.encode(), MAX_HELLO)
 
+    @property
+    def peer_id_bytes(self) -> bytes:
+        return peer_id_from_b58(self.peer_id)
 
-def hello_for(name: str, preferred: str, supported: frozenset[str]) -> Hello:
-    return Hello(name, (preferred, *sorted(supported - {preferred})))
+
+def hello_for(name: str, peer_id: str, preferred: str, supported: frozenset[str]) -> Hello:
+    return Hello(name, peer_id, (preferred, *sorted(supported - {preferred})))
 
 
 def parse_hello(frame: bytes) -> Hello:
@@ -54,15 +64,19 @@ def parse_hello(frame: bytes) -> Hello:
         raise HandshakeError(f"hello is not JSON: {exc}") from None
     if not isinstance(raw, dict) or raw.get("hello") != HELLO:
         raise HandshakeError("first frame is not a gossip-testbed hello")
-    name, protocols = raw.get("name"), raw.get("protocols")
+    name, peer_id, protocols = raw.get("name"), raw.get("peer_id"), raw.get("protocols")
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
         raise HandshakeError("hello without a valid name")
+    try:
+        peer_id_from_b58(peer_id if isinstance(peer_id, str) else "")
+    except ValueError as exc:
+        raise HandshakeError(f"hello from {name!r} without a valid peer id: {exc}") from None
     if (
         not isinstance(protocols, list) or not protocols or len(protocols) > MAX_PROTOCOLS
         or not all(isinstance(p, str) and 0 < len(p) <= 256 for p in protocols)
     ):
         raise HandshakeError(f"hello from {name!r} without a valid protocol list")
-    return Hello(name, tuple(protocols))
+    return Hello(name, peer_id, tuple(protocols))
 
 
 def agree(dialer: Hello, listener: Hello) -> str:

@@ -29,6 +29,7 @@ class PeerLink:
     def __init__(
         self,
         name: str,
+        peer_id: bytes,
         stream: trio.abc.Stream,
         decoder: FrameDecoder,
         dialer: str,
@@ -38,7 +39,7 @@ class PeerLink:
         on_frame: Callable[[PeerLink, bytes], None],
     ) -> None:
         self.name = name
-        self.peer_id = name.encode()
+        self.peer_id = peer_id
         self.stream = stream
         self.decoder = decoder
         self.dialer = dialer
