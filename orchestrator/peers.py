@@ -49,6 +49,12 @@ def wire_facts(resolved: ResolvedExperiment) -> dict[str, Any]:
     }
 
 
+def multiaddr(host: str, port: int, peer_id_b58: str) -> str:
+    """The libp2p multiaddr a host dials to reach a node listening at host:port."""
+    proto = "ip6" if ":" in host else "ip4"
+    return f"/{proto}/{host}/tcp/{port}/p2p/{peer_id_b58}"
+
+
 def authenticity_for(resolved: ResolvedExperiment, signer: Identity, modelled: bool = False) -> Authenticity:
     """The experiment's message authenticity for one signer; `modelled` for
     the simulator (no cryptography, signatures of the real size)."""
