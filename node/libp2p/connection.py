@@ -75,8 +75,10 @@ class YamuxStream:
             await self._readable.wait()
             self._readable = trio.Event()
         data = self._inbox.pop(0)
-        self.conn.session.consumed(self.stream_id, len(data))
-        self.conn.wake_sender()
+        session = self.conn.session
+        session.consumed(self.stream_id, len(data))
+        if session.pending_output():  # a window update is due
+            self.conn.wake_sender()
         return data
 
     async def send_all(self, data: bytes) -> None:

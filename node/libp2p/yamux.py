@@ -130,7 +130,7 @@ class YamuxSession:
         return data
 
     def pending_output(self) -> int:
-        return sum(len(part) for part in self._out)
+        return sum(map(len, self._out))
 
     # Our side
 
