@@ -58,7 +58,8 @@ def _pylibp2p_missing() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_pylibp2p_missing()), reason=_pylibp2p_missing() or "")]
+MISSING = _pylibp2p_missing()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
 
 
 def _experiment() -> ResolvedExperiment:
