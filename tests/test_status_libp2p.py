@@ -1,32 +1,33 @@
 """`testbed status NAME --json` tells a libp2p host how to reach every node:
 name, peer id (the test-plans identity of its index) and a multiaddr whose
-address answers with that peer id. Process backend, through the console
+address answers a libp2p (noise) dial with that peer id. Process backend, through the console
 script."""
 
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
+import trio
 
-from node.codec import FrameDecoder
-from node.identity import identity_for_index
-from node.runtime.handshake import Hello, parse_hello
+from node.identity import identity_for_index, peer_id_from_b58, peer_id_to_b58
+from node.libp2p.connection import upgrade
 from test_cli_lifecycle import env, experiment, tb  # noqa: F401 - env is a fixture
-from test_node_runtime import RAW_PEER_ID
 
 
-def hello_at(host: str, port: int) -> str:
-    """The peer id a node announces on its listening address (we dial, so we
-    say hello first)."""
-    decoder = FrameDecoder()
-    with socket.create_connection((host, port), timeout=5) as sock:
-        sock.sendall(Hello("probe", RAW_PEER_ID, ("/meshsub/1.0.0",)).encode())
-        while True:
-            frames = list(decoder.feed(sock.recv(4096)))
-            if frames:
-                return parse_hello(frames[0]).peer_id
+def dial(host: str, port: int, peer_id: str) -> str:
+    """Dial a multiaddr's address as an outside libp2p host (noise), expecting
+    its peer id: the peer id the node proved in the handshake."""
+
+    async def main() -> str:
+        stream = await trio.open_tcp_stream(host, port)
+        with trio.fail_after(10):
+            conn = await upgrade(stream, identity_for_index(12345), "noise", dialing=True,
+                                 expect=peer_id_from_b58(peer_id))
+        await stream.aclose()
+        return peer_id_to_b58(conn.peer_id)
+
+    return trio.run(main)
 
 
 @pytest.mark.slow
@@ -41,7 +42,7 @@ def test_status_json_lists_peer_ids_and_dialable_multiaddrs(env, tmp_path):  # n
             (addr,) = node["multiaddrs"]
             _, ip4, host, tcp, port, p2p, peer_id = addr.split("/")
             assert (ip4, tcp, p2p, peer_id) == ("ip4", "tcp", "p2p", node["peer_id"])
-            assert hello_at(host, int(port)) == node["peer_id"]
+            assert dial(host, int(port), node["peer_id"]) == node["peer_id"]
         topology = json.loads((run / "topology.json").read_text())
         assert [(n["name"], n["peer_id"]) for n in topology["nodes"]] == [
             (n["name"], n["peer_id"]) for n in status["nodes"]
