@@ -59,6 +59,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" >"$stamp"
 fi
 
+scripts/pylibp2p-venv.sh || echo "bootstrap: could not make .venv-pylibp2p; the py-libp2p interop tests will be skipped" >&2
+
 # The router image for the Docker backend is built here, where set-up may
 # download (wheels from PyPI, a Debian base by debootstrap where no registry
 # answers), so that runs never do. Content-hashed: a no-op when up to date.

@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from node.config import NodeConfig, PeerAddress  # noqa: E402
+from node.identity import identity_for_index  # noqa: E402
 from node.proto import trace_pb2  # noqa: E402
 from node.runtime.client import ControlClient  # noqa: E402
 from node.tracefile import read_trace  # noqa: E402
@@ -50,14 +51,16 @@ def bench(n: int, image: str, degree: int, uplink_bps: int, publish_s: float, ra
         t0 = time.monotonic()
         addresses = backend.prepare(nodes)
         configs = []
+        peer_ids = {node: identity_for_index(i).peer_id_b58 for i, node in enumerate(nodes)}
         for i, node in enumerate(nodes):
             dial = sorted({nodes[(i - k) % n] for k in (1, 2, 5, 11)[:degree]} - {node})
             a = addresses[node]
             configs.append(NodeConfig(
-                name=node, router="gossipsub", seed=i, listen_host=a.host, listen_port=a.port,
+                name=node, index=i, router="gossipsub", seed=i, listen_host=a.host, listen_port=a.port,
                 control_host=a.control_host, control_port=a.control_port, token=TOKEN,
                 trace_path=str(run_dir / "traces" / f"{node}.pb"), topics=("t",),
-                initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port) for p in dial),
+                initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port, peer_ids[p]) for p in dial),
+                peer_names={peer_ids[p]: p for p in nodes if p != node},
             ))
         backend.start_many(configs)
         t_started = time.monotonic() - t0

@@ -191,6 +191,18 @@ def _node_table(testbed: str, rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _libp2p_address(cfg: Any) -> dict[str, Any]:
+    """How a libp2p host on this machine dials a node: its peer id and
+    multiaddrs (the address it listens on, on the loopback range or the
+    testbed's Docker network)."""
+    from orchestrator.peers import multiaddr  # noqa: PLC0415
+
+    if cfg is None:
+        return {"peer_id": None, "multiaddrs": []}
+    peer_id = cfg.identity.peer_id_b58
+    return {"peer_id": peer_id, "multiaddrs": [multiaddr(cfg.listen_host, cfg.listen_port, peer_id)]}
+
+
 def status(
     name: Annotated[str | None, typer.Argument(help="A testbed (default: list every testbed).")] = None,
     as_json: JsonOption = False,
@@ -225,6 +237,8 @@ def status(
     rows = _node_rows(ctl)
     rec = ctl.record
     if as_json:
+        for row in rows:
+            row.update(name=row["node"], **_libp2p_address(ctl.configs.get(row["node"])))
         _echo_json({"testbed": name, "backend": rec.get("backend"), "status": rec.get("status"),
                     "run_dir": rec.get("run_dir"), "nodes": rows})
         return

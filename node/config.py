@@ -1,6 +1,11 @@
 """What a router daemon is told when it starts: one JSON file written by the
 orchestrator (`testbed node --config FILE`). Frozen dataclasses so a node's
-configuration is a value that can be logged, compared and replayed."""
+configuration is a value that can be logged, compared and replayed.
+
+A node is a libp2p peer: its identity is derived from its experiment `index`
+(node/identity.py), peers are known by peer id (base58 text in the file), and
+`peer_names` gives the experiment's names for the peers it may meet, so that
+status and the control endpoint keep speaking names."""
 
 from __future__ import annotations
 
@@ -9,12 +14,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node.engine.authenticity import STRICT, Authenticity
+from node.identity import Identity, ed25519_seed_for_index, identity_for_index, peer_id_from_b58
+from node.wire import FROM_SEQNO
+
+
+SECURITY_PROTOCOLS = ("noise", "plaintext")
+
 
 @dataclass(frozen=True)
 class PeerAddress:
+    """A peer to dial, and the peer id (base58) it must prove it has."""
+
     name: str
     host: str
     port: int
+    peer_id: str
 
 
 @dataclass(frozen=True)
@@ -42,10 +57,11 @@ class NodeConfig:
     control_port: int
     token: str
     trace_path: str
+    index: int  # the node's index in the experiment: its libp2p identity
     params: dict[str, Any] = field(default_factory=dict)
     topics: tuple[str, ...] = ()
     initial_peers: tuple[PeerAddress, ...] = ()
-    shaping: dict[str, LinkShape] = field(default_factory=dict)
+    shaping: dict[str, LinkShape] = field(default_factory=dict)  # by peer id (base58)
     default_shape: LinkShape = LinkShape()
     flush_interval_ms: int = 100
     max_frame: int = 1 << 20
@@ -57,11 +73,36 @@ class NodeConfig:
     dial_backoff_ms: int = 50  # first redial delay, doubled per failure ...
     dial_backoff_max_ms: int = 2000  # ... up to this cap
     handshake_timeout_ms: int = 5000
+    security: str = "noise"  # the libp2p security protocol: noise or plaintext
+    peer_names: dict[str, str] = field(default_factory=dict)  # peer id (base58) -> name
+    # The network's message authenticity (the experiment's `wire:`).
+    authenticity: str = STRICT  # strict | author | anonymous
+    message_id: str = FROM_SEQNO  # from-seqno | first-8-bytes
+
+    def __post_init__(self) -> None:
+        if self.security not in SECURITY_PROTOCOLS:
+            raise ValueError(f"security must be one of {', '.join(SECURITY_PROTOCOLS)}, not {self.security!r}")
+        ed25519_seed_for_index(self.index)  # ValueError when it is no u32
+        keyed = [("initial_peers", p.peer_id) for p in self.initial_peers]
+        keyed += [("shaping", k) for k in self.shaping] + [("peer_names", k) for k in self.peer_names]
+        for where, text in keyed:
+            try:
+                peer_id_from_b58(text)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {text!r} is not a peer id ({exc})") from None
+
+    @property
+    def identity(self) -> Identity:
+        return identity_for_index(self.index)
 
     @property
     def peer_id(self) -> bytes:
-        """Peer ids in the testbed are the node names, UTF-8 encoded."""
-        return self.name.encode()
+        """The node's libp2p peer id (the multihash bytes traces carry)."""
+        return self.identity.peer_id
+
+    def auth(self) -> Authenticity:
+        """The message authenticity policy the node's engine is given."""
+        return Authenticity(self.authenticity, self.message_id, self.identity)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)

@@ -25,17 +25,50 @@ class SubOpts:
     topic: str
 
 
+FROM_SEQNO = "from-seqno"
+FIRST_8_BYTES = "first-8-bytes"
+MESSAGE_ID_FUNCTIONS = (FROM_SEQNO, FIRST_8_BYTES)
+
+
+def message_id(function: str, from_peer: PeerId, seqno: bytes, data: bytes) -> MessageId:
+    """A message's id under the network's message-id function:
+    `from-seqno`, libp2p's default, is the `from` bytes followed by the seqno
+    bytes; `first-8-bytes`, test-plans' convention, is the first 8 bytes of the
+    data exactly as they are (a big-endian u64 when the publisher wrote one;
+    shorter data is its own id)."""
+    if function == FROM_SEQNO:
+        return from_peer + seqno
+    if function == FIRST_8_BYTES:
+        return data[:8]
+    raise ValueError(f"unknown message-id function {function!r} (known: {', '.join(MESSAGE_ID_FUNCTIONS)})")
+
+
+def workload_data(seq: int, size: int) -> bytes:
+    """The testbed's deterministic message data: the workload sequence number
+    as a big-endian u64 (test-plans' convention, so first-8-bytes ids are
+    unique), then `msg-<seq>:` repeated, cut to `size` bytes."""
+    head = f"msg-{seq}:".encode()
+    return (seq.to_bytes(8, "big") + head * (size // len(head) + 1))[:size]
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
+    """A pubsub message. Empty `from_peer`, `seqno`, `signature` and `key` are
+    absent on the wire. `id` is computed once, when the message is built or
+    decoded, by the network's message-id function; left out, it is libp2p's
+    default (from + seqno)."""
+
     from_peer: PeerId
     data: bytes
     seqno: bytes
     topic: str
+    signature: bytes = b""
+    key: bytes = b""
+    id: MessageId = None  # type: ignore[assignment]  # always bytes after __post_init__
 
-    @property
-    def id(self) -> MessageId:
-        """libp2p's default message id: from + seqno."""
-        return self.from_peer + self.seqno
+    def __post_init__(self) -> None:
+        if self.id is None:
+            object.__setattr__(self, "id", self.from_peer + self.seqno)
 
 
 def seqno_bytes(counter: int) -> bytes:
@@ -91,7 +124,7 @@ def encode_rpc(rpc: Rpc) -> bytes:
     for sub in rpc.subscriptions:
         pb.subscriptions.add(subscribe=sub.subscribe, topicid=sub.topic)
     for msg in rpc.publish:
-        pb.publish.add(**{"from": msg.from_peer}, data=msg.data, seqno=msg.seqno, topic=msg.topic)
+        _fill_message(pb.publish.add(), msg)
     if rpc.control is not None:
         ctl = pb.control
         ctl.SetInParent()
@@ -106,6 +139,27 @@ def encode_rpc(rpc: Rpc) -> bytes:
     return pb.SerializeToString()
 
 
+def _fill_message(pb: rpc_pb2.Message, msg: Message) -> None:
+    if msg.from_peer:
+        setattr(pb, "from", msg.from_peer)
+    pb.data = msg.data
+    if msg.seqno:
+        pb.seqno = msg.seqno
+    pb.topic = msg.topic
+    if msg.signature:
+        pb.signature = msg.signature
+    if msg.key:
+        pb.key = msg.key
+
+
+def encode_message(msg: Message) -> bytes:
+    """The message alone, without signature and key: what libp2p signs
+    (after the "libp2p-pubsub:" prefix)."""
+    pb = rpc_pb2.Message()
+    _fill_message(pb, Message(msg.from_peer, msg.data, msg.seqno, msg.topic))
+    return pb.SerializeToString()
+
+
 def _text(value: str | bytes) -> str:
     """A proto2 string field. protobuf hands back the raw bytes, not an error,
     when a peer sent invalid UTF-8; a topic must be a str everywhere after."""
@@ -114,8 +168,9 @@ def _text(value: str | bytes) -> str:
     return value
 
 
-def decode_rpc(data: bytes) -> Rpc:
-    """Decode one RPC; unknown fields are skipped, malformed bytes raise WireError."""
+def decode_rpc(data: bytes, message_id_function: str = FROM_SEQNO) -> Rpc:
+    """Decode one RPC, giving each message its id under `message_id_function`;
+    unknown fields are skipped, malformed bytes raise WireError."""
     pb = rpc_pb2.RPC()
     try:
         pb.ParseFromString(data)
@@ -124,7 +179,11 @@ def decode_rpc(data: bytes) -> Rpc:
     try:
         subs = tuple(SubOpts(s.subscribe, _text(s.topicid)) for s in pb.subscriptions)
         msgs = tuple(
-            Message(getattr(m, "from"), m.data, m.seqno, _text(m.topic)) for m in pb.publish
+            Message(
+                getattr(m, "from"), m.data, m.seqno, _text(m.topic), m.signature, m.key,
+                message_id(message_id_function, getattr(m, "from"), m.seqno, m.data),
+            )
+            for m in pb.publish
         )
         control = None
         if pb.HasField("control"):
@@ -153,6 +212,11 @@ def _field(payload_len: int) -> int:
     return 1 + _varint_len(payload_len) + payload_len
 
 
+def _optional_field(payload_len: int) -> int:
+    """An optional bytes field, absent when empty."""
+    return _field(payload_len) if payload_len else 0
+
+
 def _str_field(s: str) -> int:
     return _field(len(s.encode()))
 
@@ -168,10 +232,12 @@ def _message_size(msg: Message) -> int:
         if len(_message_sizes) >= _SIZE_CACHE_LIMIT:
             _message_sizes.clear()
         size = _message_sizes[msg] = (
-            _field(len(msg.from_peer))
+            _optional_field(len(msg.from_peer))
             + _field(len(msg.data))
-            + _field(len(msg.seqno))
+            + _optional_field(len(msg.seqno))
             + _str_field(msg.topic)
+            + _optional_field(len(msg.signature))
+            + _optional_field(len(msg.key))
         )
     return size
 

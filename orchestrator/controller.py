@@ -42,12 +42,13 @@ from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, tr
 from orchestrator.manifest import build_manifest, lag_summary, read_lag_files
 from orchestrator.nodeconfigs import build_configs, kernel_shape
 from orchestrator.nodestate import NodeState
+from orchestrator.peers import wire_facts
 from orchestrator.progress import Reporter
 from orchestrator.readiness import Readiness
 from orchestrator.rundir import default_run_dir
 from orchestrator.runinfo import RunWriter
 from orchestrator.state import StateStore, check_name
-from orchestrator.workload import INJECTOR, last_action_s, linger_until_quiet, publish, run_timeline, sleep_until
+from orchestrator.workload import last_action_s, linger_until_quiet, publish, run_timeline, sleep_until
 
 # Verbs a backend must declare a capability for.
 NEEDS_CAPABILITY = {Verb.PAUSE: "pause", Verb.UNPAUSE: "pause", Verb.DISCONNECT: "partitions",
@@ -105,8 +106,8 @@ class Controller:
             raise InputError(f"a testbed named {testbed!r} is already up; `testbed down {testbed}` or use --name")
         run_dir = Path(run_dir or default_run_dir(resolved.name, backend_name)).resolve()
         names = [n.name for n in resolved.nodes]
-        if len(set(names)) != len(names) or INJECTOR in names:
-            raise InputError("node names must be unique and must not be 'injector'")
+        if len(set(names)) != len(names):
+            raise InputError("node names must be unique")
         neighbours = resolved.neighbours()
         nodes = {
             s.name: NodeState(s.name, s.router, s.seed, neighbours[s.name], ROUTERS[s.router].mesh_low(s.params),
@@ -117,7 +118,7 @@ class Controller:
             "name": testbed, "backend": backend_name, "run_dir": str(run_dir), "token": secrets.token_hex(16),
             "status": "starting", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "cli_pid": os.getpid(), "experiment": resolved.source, "experiment_name": resolved.name,
-            "seed": resolved.seed, "t0_ns": time.time_ns(), "nodes": {},
+            "seed": resolved.seed, "t0_ns": time.time_ns(), "nodes": {}, "wire_facts": wire_facts(resolved),
         })
         try:
             backend = make_backend(backend_name, BackendContext(testbed, run_dir, store, reporter))
@@ -391,7 +392,8 @@ class Controller:
         record = self.store.load(self.testbed) or {}
         caps = self.caps.__dict__ if self.caps is not None else record.get("shaping", {})
         t0 = self.t0_ns or record.get("t0_ns")
-        extra: dict[str, Any] = {"testbed": self.testbed, "status": "finished" if final else "up"}
+        extra: dict[str, Any] = {"testbed": self.testbed, "status": "finished" if final else "up",
+                                 **record.get("wire_facts", {})}
         if final:
             extra["wall_time_s"] = round((time.time_ns() - (t0 or time.time_ns())) / 1e9, 3)
             extra["event_loop_lag"], warning = lag_summary(read_lag_files(self.run_dir, list(self.nodes), lags or {}))

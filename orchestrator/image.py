@@ -1,4 +1,4 @@
-"""The router image: node/ plus only its runtime dependencies (trio, protobuf),
+"""The router image: node/ plus only its runtime dependencies (trio, protobuf, cryptography),
 built without any network access inside `docker build`.
 
 Why this shape:
@@ -166,7 +166,7 @@ def _node_imports_yaml() -> bool:
 def runtime_requirements() -> tuple[str, ...]:
     """`name==version` for the router's runtime dependencies and everything they
     need on Linux/CPython 3.11, pinned to the host's installed versions."""
-    roots = ["trio", "protobuf"] + (["pyyaml"] if _node_imports_yaml() else [])
+    roots = ["trio", "protobuf", "cryptography"] + (["pyyaml"] if _node_imports_yaml() else [])
     env = {
         "python_version": PYTHON_VERSION, "python_full_version": PYTHON_VERSION + ".2",
         "sys_platform": "linux", "os_name": "posix", "platform_system": "Linux",

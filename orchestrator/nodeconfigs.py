@@ -9,6 +9,7 @@ from pathlib import Path
 from node.config import LinkShape, NodeConfig, PeerAddress
 from orchestrator.backend import NodeAddress, ShapingCapabilities
 from orchestrator.experiment.model import LinkParams, ResolvedExperiment
+from orchestrator.peers import node_indices, peer_ids_b58
 
 
 def kernel_shape(link: LinkParams) -> LinkShape:
@@ -27,23 +28,28 @@ def build_configs(
     """Every node's NodeConfig. Each overlay edge is dialled by its lower
     name (the same side the simultaneous-dial rule keeps); trace and lag files
     go straight into the run directory (a backend that runs nodes elsewhere
-    rewrites these paths)."""
+    rewrites these paths). Node i of the experiment has libp2p identity i;
+    peers are dialled, shaped and named by their peer ids."""
     neighbours = resolved.neighbours()
+    index = node_indices(resolved)
+    peer_id = peer_ids_b58(resolved)
     configs = {}
     for spec in resolved.nodes:
         me = spec.name
         addr = addresses[me]
         dial = [p for p in neighbours[me] if me < p]
         configs[me] = NodeConfig(
-            name=me, router=spec.router, seed=spec.seed,
+            name=me, index=index[me], router=spec.router, seed=spec.seed,
             listen_host=addr.host, listen_port=addr.port,
             control_host=addr.control_host, control_port=addr.control_port,
             token=token, trace_path=str(run_dir / "traces" / f"{me}.pb"),
             params=dict(spec.params), topics=tuple(spec.topics),
-            initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port) for p in dial),
-            shaping={p: user_shape(resolved.link(me, p), caps) for p in neighbours[me]},
+            initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port, peer_id[p]) for p in dial),
+            shaping={peer_id[p]: user_shape(resolved.link(me, p), caps) for p in neighbours[me]},
+            peer_names={peer_id[p]: p for p in neighbours[me]},
             default_shape=user_shape(resolved.default_link, caps),
             uplink_bps=None if caps.kernel_rate else spec.uplink_bps,
             lag_path=str(run_dir / "node-logs" / f"{me}.lag.json"),
+            security=resolved.security, authenticity=resolved.authenticity, message_id=resolved.message_id,
         )
     return configs

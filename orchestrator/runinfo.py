@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from orchestrator.experiment.model import ResolvedExperiment
+from orchestrator.peers import peer_ids_b58
 
 RESOLVED_YAML = "experiment.resolved.yaml"
 TOPOLOGY_JSON = "topology.json"
@@ -31,10 +32,13 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def topology_dict(resolved: ResolvedExperiment) -> dict[str, Any]:
+    """Nodes (with `peer_id`, the libp2p peer id their traces carry, as
+    base58 text) and overlay edges with their link parameters."""
+    peer_ids = peer_ids_b58(resolved)
     nodes = [
         {
-            "name": n.name, "group": n.group, "router": n.router, "topics": list(n.topics),
-            "region": n.region, "uplink_bps": n.uplink_bps,
+            "name": n.name, "peer_id": peer_ids[n.name], "group": n.group, "router": n.router,
+            "topics": list(n.topics), "region": n.region, "uplink_bps": n.uplink_bps,
         }
         for n in resolved.nodes
     ]

@@ -15,6 +15,7 @@ from node.engine.api import NS
 from node.trace_vocab import RunEvent
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.manifest import build_manifest
+from orchestrator.peers import wire_facts
 from orchestrator.progress import Reporter
 from orchestrator.runinfo import RunWriter
 from orchestrator.sim_stats import summarize
@@ -57,7 +58,7 @@ def run_simulation(
         t0_ns=0, workload_t0_ns=sim.warmup, started_at=started_at, shaping_path="virtual", netem_available=None,
         shaping_detail="latency, jitter, loss and uplink serialization modelled by the simulator",
         nodes=len(resolved.nodes), warnings=warnings, wall_time_s=round(wall, 3), events_processed=stats.events,
-        python=platform.python_version(), sim_summary=summary,
+        python=platform.python_version(), **wire_facts(resolved), sim_summary=summary,
     ))
     writer.close()
     return SimResult(run_dir, summary)

@@ -22,16 +22,17 @@ from pathlib import Path
 
 from node.engine import make_router
 from node.engine.api import NS, Output, Router, TraceEvent, TraceType
+from node.engine.authenticity import Authenticity
 from node.engine.registry import negotiate
 from node.trace_vocab import RunEvent
-from node.wire import Message, PeerId, rpc_size, seqno_bytes
+from node.wire import Message, PeerId, rpc_size, workload_data
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
 from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
+from orchestrator.peers import authenticity_for, injector_identity, node_identities
 from orchestrator.sim_stats import SimStats
 from orchestrator.sim_traces import TraceSink
 
-INJECTOR_ID = b"injector"
 WARMUP_S = 3.0
 
 # Event kinds, in the order they are handled when times tie.
@@ -63,6 +64,7 @@ class SimNode:
     life: NodeLife  # process state, topics, partitions: orchestrator/lifecycle.py
     neighbours: tuple[str, ...]
     uplink_bps: int | None
+    auth: Authenticity
     engine: Router | None = None
     incarnation: int = 0
     uplink_free_at: int = 0
@@ -90,14 +92,19 @@ class Simulator:
         self.sink = TraceSink(trace_dir)
         self.stats = SimStats(nodes=len(resolved.nodes))
         neighbours = resolved.neighbours()
+        identities = node_identities(resolved)
         self.nodes: dict[str, SimNode] = {
             n.name: SimNode(
-                n.name, n.name.encode(), n.router, dict(n.params), n.seed, NodeLife(Process.STOPPED, frozenset(n.topics)),
+                n.name, identities[n.name].peer_id, n.router, dict(n.params), n.seed,
+                NodeLife(Process.STOPPED, frozenset(n.topics)),
                 tuple(neighbours[n.name]), n.uplink_bps,
+                authenticity_for(resolved, identities[n.name], modelled=True),
             )
             for n in resolved.nodes
         }
-        self.by_peer = {node.peer_id: node for node in self.nodes.values()}
+        injector = injector_identity()
+        self.injector_id = injector.peer_id
+        self.injector_auth = authenticity_for(resolved, injector, modelled=True)
         self._heap: list[tuple] = []
         self._seq = 0
         self._epoch = 0
@@ -270,7 +277,7 @@ class Simulator:
         """`name` notices its connection to `peer` is gone, unless a newer
         connection between them replaced it meanwhile; its end closes."""
         node = self.nodes[name]
-        peer_id = peer.encode()
+        peer_id = self.nodes[peer].peer_id
         conn = node.conns.get(peer_id)
         if conn is not None and conn.epoch != epoch:
             return
@@ -310,7 +317,7 @@ class Simulator:
     def _start(self, node: SimNode, t: int) -> None:
         node.incarnation += 1
         seed = incarnation_seed(node.seed, node.incarnation)
-        node.engine = make_router(node.router, node.peer_id, seed, node.params)
+        node.engine = make_router(node.router, node.peer_id, seed, node.params, auth=node.auth)
         node.paused_inbox.clear()
         node.heartbeat_due = False
         node.uplink_free_at = t
@@ -333,7 +340,7 @@ class Simulator:
     # Workload
 
     def _on_publish(self, p: Publish) -> None:
-        data = payload(p.seq, p.size)
+        data = workload_data(p.seq, p.size)
         via = [self.nodes[n] for n in p.via]
         live = [n for n in via if n.life.reachable]
         if not live:
@@ -346,7 +353,7 @@ class Simulator:
             mid = mids[0]
             self._emit(node, out)
         else:
-            msg = Message(INJECTOR_ID, data, seqno_bytes(p.seq + 1), p.topic)
+            msg = self.injector_auth.author(self.injector_id, p.seq + 1, p.topic, data)
             mid = msg.id
             for node in live:
                 self._emit(node, node.engine.publish_message(self.now, msg))
@@ -441,9 +448,3 @@ def _quiet_gc() -> Iterator[None]:
     finally:
         gc.set_threshold(*old)
         gc.unfreeze()
-
-
-def payload(seq: int, size: int) -> bytes:
-    """Deterministic message data of the requested size."""
-    head = f"msg-{seq}:".encode()
-    return (head * (size // len(head) + 1))[:size]

@@ -27,7 +27,6 @@ from orchestrator.nodestate import NodeState
 from orchestrator.progress import Reporter
 from orchestrator.runinfo import RunWriter
 
-INJECTOR = "injector"  # the `from` of injected messages, as in the simulator
 QUIET_POLL_S = 1.0
 QUIET_COUNTERS = ("rpcs_in", "rpcs_out", "delivered")
 
@@ -55,9 +54,7 @@ def publish(
             if p.publisher is not None:
                 reply = client.call("publish", topic=p.topic, size=p.size, seq=p.seq)
             else:
-                reply = client.call(
-                    "inject", **{"from": INJECTOR}, seqno=p.seq + 1, topic=p.topic, size=p.size, seq=p.seq
-                )
+                reply = client.call("inject", seqno=p.seq + 1, topic=p.topic, size=p.size, seq=p.seq)
         except ControlError as exc:
             warn(f"message {p.seq}: {node} refused the publish: {exc}")
             continue

@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
-"$py" -m grpc_tools.protoc -I node/proto --python_out=node/proto node/proto/rpc.proto node/proto/trace.proto
+"$py" -m grpc_tools.protoc -I node/proto --python_out=node/proto node/proto/rpc.proto node/proto/trace.proto node/proto/libp2p.proto

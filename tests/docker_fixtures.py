@@ -115,12 +115,17 @@ def docker_backends(node_image: str, tmp_path: Path) -> Iterator:
 
 
 def sink_config(backend, node: str, addresses, peers=()):
+    """A floodsub node whose libp2p identity is its position in `addresses`."""
     from node.config import NodeConfig, PeerAddress
+    from node.identity import identity_for_index
 
+    index = {name: i for i, name in enumerate(addresses)}
+    pid = {name: identity_for_index(i).peer_id_b58 for name, i in index.items()}
     addr = addresses[node]
     return NodeConfig(
-        name=node, router="floodsub", seed=1, listen_host=addr.host, listen_port=addr.port,
+        name=node, index=index[node], router="floodsub", seed=1, listen_host=addr.host, listen_port=addr.port,
         control_host=addr.control_host, control_port=addr.control_port, token="tok",
         trace_path=str(backend.run_dir / "traces" / f"{node}.pb"),
-        initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port) for p in peers),
+        initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port, pid[p]) for p in peers),
+        peer_names={pid[p]: p for p in addresses if p != node},
     )

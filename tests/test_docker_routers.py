@@ -10,6 +10,7 @@ import time
 import pytest
 
 from node.config import NodeConfig, PeerAddress
+from node.identity import identity_for_index
 from node.proto import trace_pb2
 from node.runtime.client import ControlClient
 from node.tracefile import read_trace
@@ -23,16 +24,18 @@ N = 20
 
 def _configs(backend, addresses, nodes):
     configs = {}
+    peer_ids = {node: identity_for_index(i).peer_id_b58 for i, node in enumerate(nodes)}
     for i, node in enumerate(nodes):
         dial = sorted({nodes[(i - k) % len(nodes)] for k in (1, 3, 7)} - {node})
         addr = addresses[node]
         configs[node] = NodeConfig(
-            name=node, router="gossipsub", seed=100 + i,
+            name=node, index=i, router="gossipsub", seed=100 + i,
             listen_host=addr.host, listen_port=addr.port,
             control_host=addr.control_host, control_port=addr.control_port, token=TOKEN,
             trace_path=str(backend.run_dir / "traces" / f"{node}.pb"),
             topics=("t",),
-            initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port) for p in dial),
+            initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port, peer_ids[p]) for p in dial),
+            peer_names={peer_ids[p]: p for p in nodes if p != node},
             params={"D": 4, "D_low": 3, "D_high": 6},
         )
     return configs

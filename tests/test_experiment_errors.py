@@ -232,3 +232,27 @@ def test_schema_command_prints_json(capsys):
     assert schema["properties"]["overlay"]["properties"]["type"]["enum"] == [
         "random", "random_regular", "explicit", "full",
     ]
+
+
+def test_wire_values_and_combinations(tmp_path, capsys):
+    assert_error(tmp_path, capsys, BASE + "wire: {security: tls}\n", 13, "wire.security", "noise, plaintext", "'tls'")
+    assert_error(tmp_path, capsys, BASE + "wire: {authenticity: signed}\n", 13, "wire.authenticity",
+                 "strict, author, anonymous")
+    assert_error(tmp_path, capsys, BASE + "wire:\n  authenticity: anonymous\n", 14, "wire.authenticity",
+                 "first-8-bytes")
+    small = BASE.replace("  messages: 5", "  messages: 5\n  size: 7")
+    assert_error(tmp_path, capsys, small + "wire: {message_id: first-8-bytes}\n", 11, "workload.size",
+                 "at least 8 bytes", "got 7")
+
+
+def test_wire_fields_resolve_with_defaults(tmp_path):
+    from orchestrator.experiment.spec import load_experiment  # noqa: PLC0415
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(BASE)
+    r = load_experiment(path).resolve(1)
+    assert (r.security, r.authenticity, r.message_id) == ("noise", "strict", "from-seqno")
+    path.write_text(BASE + "wire: {security: plaintext, authenticity: anonymous, message_id: first-8-bytes}\n")
+    r2 = load_experiment(path).resolve(1)
+    assert (r2.security, r2.authenticity, r2.message_id) == ("plaintext", "anonymous", "first-8-bytes")
+    assert r.digest() != r2.digest()

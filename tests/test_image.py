@@ -17,7 +17,8 @@ from tests.docker_fixtures import needs_docker, node_image  # noqa: F401 - fixtu
 def test_runtime_requirements_are_pinned_and_minimal():
     deps = image_mod.runtime_requirements()
     names = {d.split("==")[0] for d in deps}
-    assert {"trio", "protobuf", "outcome", "sniffio", "attrs", "sortedcontainers", "idna"} <= names
+    assert {"trio", "protobuf", "cryptography", "cffi", "outcome", "sniffio", "attrs",
+            "sortedcontainers", "idna"} <= names
     assert not names & {"pyspark", "docker", "pandas", "pyarrow", "typer", "rich", "requests"}
     assert all("==" in d for d in deps)
 

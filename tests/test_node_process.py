@@ -28,7 +28,7 @@ def free_port() -> int:
 
 def start(tmp: Path, cli: bool = False) -> tuple[subprocess.Popen, NodeConfig, ControlClient]:
     cfg = NodeConfig(
-        name="solo", router="gossipsub", seed=1, listen_host="127.0.0.1", listen_port=free_port(),
+        name="solo", index=0, router="gossipsub", seed=1, listen_host="127.0.0.1", listen_port=free_port(),
         control_host="127.0.0.1", control_port=free_port(), token="tok", trace_path=str(tmp / "solo.pb"),
         topics=("t",), flush_interval_ms=100,
     )

@@ -1,9 +1,11 @@
-"""The trio router daemon in-process: handshake, one logical peer per pair
-under simultaneous dials, delivery, the control endpoint (auth, commands),
-isolation, and hostile peers (garbage, oversized frames, nonsense RPCs)."""
+"""The trio router daemon in-process: the libp2p upgrade, one logical peer per
+pair under simultaneous dials, delivery, the control endpoint (auth,
+commands), isolation, and hostile peers (bad handshakes, yamux violations,
+garbage, oversized frames, nonsense RPCs)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -16,20 +18,30 @@ import trio
 from node.codec import FrameDecoder, encode_frame, encode_uvarint
 from node.config import NodeConfig, PeerAddress
 from node.engine.api import TraceType
+from node.identity import INJECTOR_INDEX, identity_for_index, peer_id_to_b58
+from node.libp2p import multistream, noise, yamux
+from node.libp2p.bufstream import BufferedStream
+from node.libp2p.connection import MuxedConnection, negotiate_inbound, negotiate_outbound, upgrade
 from node.runtime.control import handle
 from node.runtime.daemon import Node
-from node.runtime.handshake import HandshakeError, Hello, agree, parse_hello
 from node.tracefile import read_trace
 from node.wire import Control, Graft, IHave, IWant, Message, Prune, Rpc, SubOpts, decode_rpc, encode_rpc
 
 TOKEN = "secret-token"
+INDEX = {"n0": 0, "n1": 1, "n2": 2, "a": 10, "b": 11, "c": 12, "d": 13, "early": 14, "late": 15, "fast": 16}
+EVIL = 99  # an outsider: a peer id no config names
+EVIL_ID = identity_for_index(EVIL).peer_id
+
+
+def pid(name: str) -> str:
+    return identity_for_index(INDEX[name]).peer_id_b58
 
 
 def make_cfg(tmp: Path, name: str, **kw) -> NodeConfig:
     base = dict(
-        name=name, router="gossipsub", seed=sum(name.encode()), listen_host="127.0.0.1", listen_port=0,
-        control_host="127.0.0.1", control_port=0, token=TOKEN, trace_path=str(tmp / f"{name}.pb"),
-        topics=("t",), params={"heartbeat_interval": 0.2},
+        name=name, index=INDEX[name], router="gossipsub", seed=sum(name.encode()), listen_host="127.0.0.1",
+        listen_port=0, control_host="127.0.0.1", control_port=0, token=TOKEN, trace_path=str(tmp / f"{name}.pb"),
+        topics=("t",), params={"heartbeat_interval": 0.2}, peer_names={pid(n): n for n in INDEX},
     )
     base.update(kw)
     return NodeConfig(**base)
@@ -61,57 +73,98 @@ async def ctl(node: Node, cmd: str, **args) -> dict:
 
 
 class RawPeer:
-    """A hand-driven peer: does the handshake, then sends whatever a test wants."""
+    """A hand-driven libp2p peer (our own stack, an outsider's identity): it
+    upgrades a connection, opens a pubsub stream and sends whatever a test
+    wants, on the stream or straight into the yamux session."""
 
-    def __init__(self, stream: trio.SocketStream, decoder: FrameDecoder) -> None:
-        self.stream = stream
-        self.decoder = decoder
+    def __init__(self, conn: MuxedConnection, nursery: trio.Nursery) -> None:
+        self.conn = conn
+        self.nursery = nursery
+        self.out: BufferedStream | None = None
+        self.inbound: list[BufferedStream] = []
+        self.decoder = FrameDecoder()
+        self.protocol = "/meshsub/1.0.0"
 
     @classmethod
-    async def connect(cls, node: Node, name: str = "evil", protocols=("/meshsub/1.0.0",)) -> RawPeer:
+    async def connect(cls, node: Node, nursery: trio.Nursery, protocol: str = "/meshsub/1.0.0") -> RawPeer:
         stream = await trio.open_tcp_stream("127.0.0.1", node.listen_port)
-        await stream.send_all(Hello(name, tuple(protocols)).encode())
-        decoder = FrameDecoder()
-        with trio.fail_after(5):
-            while True:
-                frames = list(decoder.feed(await stream.receive_some(4096)))
-                if frames:
-                    parse_hello(frames[0])
-                    break
-        return cls(stream, decoder)
+        conn = await upgrade(stream, identity_for_index(EVIL), node.cfg.security, dialing=True, expect=node.peer_id)
+        peer = cls(conn, nursery)
+        peer.protocol = protocol
+        nursery.start_soon(conn.run, peer._on_stream)
+        _, peer.out = await negotiate_outbound(conn.open_stream(), [protocol])
+        return peer
+
+    async def _on_stream(self, stream) -> None:
+        """The node's pubsub stream to us: kept, read only by `first_rpc`
+        (a test peer that never reads stalls the node's writer to it)."""
+        _, buffered = await negotiate_inbound(stream, {self.protocol})
+        self.inbound.append(buffered)
+        await trio.sleep_forever()
 
     async def send_rpc(self, rpc: Rpc) -> None:
-        await self.stream.send_all(encode_frame(encode_rpc(rpc)))
+        assert self.out is not None
+        await self.out.send_all(encode_frame(encode_rpc(rpc)))
+
+    async def send_raw(self, data: bytes) -> None:
+        """Bytes straight onto the secured channel, below yamux."""
+        await self.conn.secure.send_all(data)
+
+    async def first_rpc(self) -> Rpc:
+        with trio.fail_after(5):
+            while not self.inbound:
+                await trio.sleep(0.01)
+            while True:
+                frames = list(self.decoder.feed(await self.inbound[0].receive_some()))
+                if frames:
+                    return decode_rpc(frames[0])
 
     async def closed_by_peer(self, timeout: float = 5.0) -> bool:
         with trio.move_on_after(timeout):
-            try:
-                while await self.stream.receive_some(65536):
-                    pass
-            except trio.BrokenResourceError:
-                pass
+            while not self.conn.closed:
+                await trio.sleep(0.01)
             return True
         return False
+
+
+async def closed_by_node(stream: trio.SocketStream, timeout: float = 5.0) -> bool:
+    with trio.move_on_after(timeout):
+        try:
+            while await stream.receive_some(65536):
+                pass
+        except trio.BrokenResourceError:
+            pass
+        return True
+    return False
 
 
 def trace_types(path: str) -> list[int]:
     return [ev.type for ev in read_trace(Path(path))]
 
 
-# Handshake
+# The upgrade
 
-def test_hello_roundtrip_and_negotiation():
-    a = Hello("a", ("/meshsub/1.0.0", "/floodsub/1.0.0"))
-    frames = list(FrameDecoder().feed(a.encode()))
-    assert parse_hello(frames[0]) == a
-    b = Hello("b", ("/floodsub/1.0.0",))
-    assert agree(a, b) == agree(a, b) == "/floodsub/1.0.0"
-    with pytest.raises(HandshakeError):
-        agree(a, Hello("c", ("/simsub/1.0.0",)))
-    for bad in (b"\xff\xfe", b"[]", b'{"hello": "x"}', b'{"hello": "gossip-testbed/1", "name": "", "protocols": ["p"]}',
-                b'{"hello": "gossip-testbed/1", "name": "n", "protocols": []}'):
-        with pytest.raises(HandshakeError):
-            parse_hello(bad)
+def test_nodes_speak_noise_and_plaintext_and_know_peer_ids(tmp_path):
+    async def main():
+        for security in ("noise", "plaintext"):
+            cfgs = [make_cfg(tmp_path, n, security=security) for n in ("n0", "n1")]
+            async with running(*cfgs) as (a, b):
+                assert await a.connect("127.0.0.1", b.listen_port, "n1", False) == "n1"
+                await wait_for(lambda: a.mesh().get("t") == ["n1"] and b.mesh().get("t") == ["n0"])
+                st = await ctl(b, "status")
+                assert st["peer_id"] == pid("n1") and st["security"] == security and st["peers"] == ["n0"]
+
+    trio.run(main)
+
+
+def test_a_dial_to_the_wrong_peer_id_fails(tmp_path):
+    async def main():
+        async with running(make_cfg(tmp_path, "n0"), make_cfg(tmp_path, "n1")) as (a, b):
+            reply = await ctl(a, "connect", host="127.0.0.1", port=b.listen_port, name="n2")
+            assert not reply["ok"] and "n2" not in a.links
+            assert a.counters["dials_failed"] >= 1 and not a.links
+
+    trio.run(main)
 
 
 # Delivery and peers
@@ -124,15 +177,17 @@ def test_nodes_connect_mesh_and_deliver(tmp_path):
             await b.connect("127.0.0.1", c.listen_port, "n2", True)
             await wait_for(lambda: a.mesh().get("t") == ["n1"] and c.mesh().get("t") == ["n1"])
             reply = await ctl(c, "publish", topic="t", size=1000)
-            assert reply["ok"] and len(reply["message_id"]) == 2 * (2 + 8)
+            assert reply["ok"] and reply["message_id"].startswith(c.peer_id.hex())
             await wait_for(lambda: a.counters["delivered"] == 1 and b.counters["delivered"] == 1)
             st = (await ctl(b, "status"))
             assert st["peers"] == ["n0", "n2"] and st["counters"]["delivered"] == 1
+            assert st["peer_id"] == pid("n1")
             assert st["lag"]["samples"] > 0
             # injection: the same message id handed to two nodes
-            r1 = await ctl(a, "inject", **{"from": "injector"}, seqno=5, topic="t", size=10, seq=4)
-            r2 = await ctl(c, "inject", **{"from": "injector"}, seqno=5, topic="t", size=10, seq=4)
-            assert r1["message_id"] == r2["message_id"] == (b"injector" + (5).to_bytes(8, "big")).hex()
+            r1 = await ctl(a, "inject", seqno=5, topic="t", size=10, seq=4)
+            r2 = await ctl(c, "inject", seqno=5, topic="t", size=10, seq=4)
+            injector = identity_for_index(INJECTOR_INDEX).peer_id
+            assert r1["message_id"] == r2["message_id"] == (injector + (5).to_bytes(8, "big")).hex()
             await wait_for(lambda: b.counters["delivered"] == 2)
 
     trio.run(main)
@@ -150,9 +205,10 @@ def test_simultaneous_dials_end_with_one_logical_peer(tmp_path):
                     n.start_soon(a.connect, "127.0.0.1", b.listen_port, None, False)
                     n.start_soon(b.connect, "127.0.0.1", a.listen_port, None, False)
             await trio.sleep(0.3)
-            assert list(a.links) == ["b"] and list(b.links) == ["a"]
-            # both ends kept the same TCP connection: the one dialled by "a"
-            assert a.links["b"].dialer == "a" and b.links["a"].dialer == "a"
+            assert list(a.links) == [b.peer_id] and list(b.links) == [a.peer_id]
+            # both ends kept the same TCP connection: the one dialled by the lower peer id
+            lower = min(a.peer_id, b.peer_id)
+            assert a.links[b.peer_id].dialer == lower and b.links[a.peer_id].dialer == lower
             await wait_for(lambda: a.mesh().get("t") == ["b"] and b.mesh().get("t") == ["a"])
             await ctl(a, "publish", topic="t", size=10)
             await wait_for(lambda: b.counters["delivered"] == 1)
@@ -171,13 +227,13 @@ def test_initial_peers_are_dialled_with_retry(tmp_path):
         port = sock.getsockname()[1]
         sock.close()
         late = make_cfg(tmp_path, "late", listen_port=port)
-        early = make_cfg(tmp_path, "early", initial_peers=(PeerAddress("late", "127.0.0.1", port),),
+        early = make_cfg(tmp_path, "early", initial_peers=(PeerAddress("late", "127.0.0.1", port, pid("late")),),
                          dial_backoff_ms=20, dial_backoff_max_ms=200)
         async with running(early) as (e,):
             await trio.sleep(0.5)
             assert e.counters["dials_failed"] >= 2
             async with running(late) as (l,):
-                await wait_for(lambda: "late" in e.links and "early" in l.links)
+                await wait_for(lambda: l.peer_id in e.links and e.peer_id in l.links)
 
     trio.run(main)
 
@@ -208,12 +264,12 @@ def test_isolate_closes_and_refuses_until_rejoin(tmp_path):
         b_cfg = make_cfg(tmp_path, "b", dial_backoff_ms=20, dial_backoff_max_ms=100)
         async with running(make_cfg(tmp_path, "a"), b_cfg) as (a, b):
             await b.connect("127.0.0.1", a.listen_port, "a", True)  # b keeps redialling a
-            await wait_for(lambda: "b" in a.links)
+            await wait_for(lambda: b.peer_id in a.links)
             assert (await ctl(a, "isolate"))["closed"] == ["b"]
             await trio.sleep(0.5)
             assert not a.links and not b.links and a.counters["handshakes_failed"] >= 1
             assert (await ctl(a, "rejoin"))["ok"]
-            await wait_for(lambda: "b" in a.links and "a" in b.links)
+            await wait_for(lambda: b.peer_id in a.links and a.peer_id in b.links)
             assert (await ctl(a, "disconnect", peer="b"))["closed"] is True
 
     trio.run(main)
@@ -221,25 +277,58 @@ def test_isolate_closes_and_refuses_until_rejoin(tmp_path):
 
 # Hostile peers
 
-@pytest.mark.parametrize("garbage", [
-    pytest.param(lambda: bytes(random.Random(1).getrandbits(8) for _ in range(5000)), id="random-bytes"),
-    pytest.param(lambda: encode_uvarint(10 << 20) + b"x" * 100, id="oversized-frame"),
-    pytest.param(lambda: encode_frame(b"\xff\xff\xff\xff\x0f"), id="undecodable-rpc"),
-    pytest.param(lambda: b"\xff" * 11, id="overlong-length-prefix"),
-])
-def test_garbage_peer_is_dropped_and_the_node_keeps_serving(tmp_path, garbage):
+def test_an_outsider_is_an_ordinary_peer_known_by_its_peer_id(tmp_path):
+    """Inbound peers not in the experiment are accepted, meshed and traced
+    under their peer id; what the node sends them is framed protobuf."""
+
     async def main():
-        async with running(make_cfg(tmp_path, "n0"), make_cfg(tmp_path, "n1")) as (a, b):
+        async with running(make_cfg(tmp_path, "n0")) as (a,), trio.open_nursery() as nursery:
+            peer = await RawPeer.connect(a, nursery)
+            rpc = await peer.first_rpc()
+            assert rpc.subscriptions == (SubOpts(True, "t"),)
+            await peer.send_rpc(Rpc(subscriptions=(SubOpts(True, "t"),)))
+            await wait_for(lambda: a.mesh().get("t") == [peer_id_to_b58(EVIL_ID)])
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    added = [ev for ev in read_trace(tmp_path / "n0.pb") if ev.type == TraceType.ADD_PEER]
+    assert [ev.addPeer.peerID for ev in added] == [EVIL_ID]
+    assert {ev.peerID for ev in added} == {identity_for_index(INDEX["n0"]).peer_id}
+
+
+@pytest.mark.parametrize("garbage", [
+    pytest.param(("stream", lambda: bytes(random.Random(1).getrandbits(8) for _ in range(5000))), id="random-bytes"),
+    pytest.param(("stream", lambda: encode_uvarint(10 << 20) + b"x" * 100), id="oversized-frame"),
+    pytest.param(("stream", lambda: encode_frame(b"\xff\xff\xff\xff\x0f")), id="undecodable-rpc"),
+    pytest.param(("stream", lambda: b"\xff" * 11), id="overlong-length-prefix"),
+    pytest.param(("yamux", lambda: yamux.frame(7, 0, 0, 0)), id="yamux-unknown-frame-type"),
+    pytest.param(("yamux", lambda: yamux.frame(yamux.TYPE_DATA, 0, 1, yamux.INITIAL_WINDOW + 1)
+                  + bytes(yamux.INITIAL_WINDOW + 1)), id="yamux-window-violation"),
+    pytest.param(("yamux", lambda: yamux.frame(yamux.TYPE_WINDOW_UPDATE, yamux.FLAG_SYN, 2, 0)),
+                 id="yamux-syn-with-the-listeners-parity"),
+])
+def test_a_peer_that_breaks_the_wire_is_dropped_and_the_node_keeps_serving(tmp_path, garbage):
+    layer, make = garbage
+
+    async def main():
+        async with running(make_cfg(tmp_path, "n0"), make_cfg(tmp_path, "n1")) as (a, b), \
+                trio.open_nursery() as nursery:
             await b.connect("127.0.0.1", a.listen_port, "n0", True)
-            evil = await RawPeer.connect(a)
-            await wait_for(lambda: "evil" in a.links)
-            await evil.stream.send_all(garbage())
+            evil = await RawPeer.connect(a, nursery)
+            await wait_for(lambda: EVIL_ID in a.links)
+            with contextlib.suppress(trio.BrokenResourceError):  # the node may hang up mid-send
+                if layer == "stream":
+                    assert evil.out is not None
+                    await evil.out.send_all(make())
+                else:
+                    await evil.send_raw(make())
             assert await evil.closed_by_peer()
-            await wait_for(lambda: "evil" not in a.links)
+            await wait_for(lambda: EVIL_ID not in a.links)
             assert a.counters["peers_dropped"] == 1
             await wait_for(lambda: a.mesh().get("t") == ["n1"])
             await ctl(a, "publish", topic="t", size=10)
             await wait_for(lambda: b.counters["delivered"] == 1)
+            nursery.cancel_scope.cancel()
 
     trio.run(main)
 
@@ -247,54 +336,68 @@ def test_garbage_peer_is_dropped_and_the_node_keeps_serving(tmp_path, garbage):
 def test_a_bad_handshake_is_dropped(tmp_path):
     async def main():
         async with running(make_cfg(tmp_path, "n0")) as (a,):
-            for first in (b"\x05hello", encode_frame(b'{"hello": 1}'), encode_frame(b'{"hello": "gossip-testbed/1", "name": "n0", "protocols": ["/meshsub/1.0.0"]}')):
+            attempts = [
+                b"\x05hello",  # not multistream
+                multistream.encode_message(multistream.MULTISTREAM) + multistream.encode_message(noise.PROTOCOL_ID)
+                + bytes([0, 32]) + bytes(32),  # an all-zero (low-order) noise ephemeral key
+                multistream.encode_message(multistream.MULTISTREAM) + multistream.encode_message(noise.PROTOCOL_ID)
+                + bytes([0, 3]) + b"abc",  # a noise message too short for a key
+            ]
+            for first in attempts:
                 stream = await trio.open_tcp_stream("127.0.0.1", a.listen_port)
                 await stream.send_all(first)
-                if first == b"\x05hello":
-                    await stream.send_all(b"xx")  # complete the bogus frame
-                peer = RawPeer(stream, FrameDecoder())
-                assert await peer.closed_by_peer()
-            assert not a.links and a.counters["handshakes_failed"] == 3
+                assert await closed_by_node(stream)
+            # a noise handshake whose identity signature does not cover the static key
+            stream = await trio.open_tcp_stream("127.0.0.1", a.listen_port)
+            raw = BufferedStream(stream)
+            await multistream.select(raw, [noise.PROTOCOL_ID])
+            hs = noise.NoiseHandshake(initiator=True)
+            await raw.send_all(noise._framed(hs.write_message(b"")))
+            hs.read_message(await noise._read_handshake_message(raw))
+            forged = noise.make_payload(identity_for_index(EVIL), b"\0" * 32)
+            await raw.send_all(noise._framed(hs.write_message(forged)))
+            assert await closed_by_node(stream)
+            assert not a.links and a.counters["handshakes_failed"] == 4
 
     trio.run(main)
 
 
 def test_nonsense_rpcs_are_survived_and_the_node_keeps_serving(tmp_path):
     async def main():
-        async with running(make_cfg(tmp_path, "n0"), make_cfg(tmp_path, "n1")) as (a, b):
+        async with running(make_cfg(tmp_path, "n0"), make_cfg(tmp_path, "n1")) as (a, b), \
+                trio.open_nursery() as nursery:
             await b.connect("127.0.0.1", a.listen_port, "n0", True)
-            evil = await RawPeer.connect(a)
-            await wait_for(lambda: "evil" in a.links)
+            evil = await RawPeer.connect(a, nursery)
+            await wait_for(lambda: EVIL_ID in a.links)
             unknown = tuple(os.urandom(20) for _ in range(200))
             await evil.send_rpc(Rpc(subscriptions=tuple(SubOpts(True, f"nope-{i}") for i in range(50))))
             await evil.send_rpc(Rpc(publish=(Message(b"x", b"data", b"\0" * 8, "unknown-topic"),)))
             await evil.send_rpc(Rpc(control=Control(iwant=(IWant(unknown),), ihave=(IHave("t", unknown),))))
             flood = Rpc(control=Control(graft=(Graft("t"), Graft("zz")), prune=(Prune("t"), Prune("zz"))))
             frame = encode_frame(encode_rpc(flood))
-            await evil.stream.send_all(frame * 3000)
+            assert evil.out is not None
+            await evil.out.send_all(frame * 3000)
             await evil.send_rpc(Rpc(subscriptions=(SubOpts(True, "t"),), control=Control(graft=(Graft("t"),))))
             await wait_for(lambda: a.counters["rpcs_in"] >= 3004, timeout=10)
-            assert "evil" in a.links and a.counters["peers_dropped"] == 0
+            assert EVIL_ID in a.links and a.counters["peers_dropped"] == 0
             await wait_for(lambda: "n1" in a.mesh().get("t", []))
             await ctl(a, "publish", topic="t", size=10)
             await wait_for(lambda: b.counters["delivered"] == 1)
             assert (await ctl(a, "status"))["ok"]
+            nursery.cancel_scope.cancel()
 
     trio.run(main)
 
 
-def test_raw_peer_sees_valid_rpcs(tmp_path):
-    """What the node sends is framed protobuf a foreign implementation can read."""
-
+def test_streams_for_protocols_we_do_not_speak_get_na_and_the_peer_keeps_working(tmp_path):
     async def main():
-        async with running(make_cfg(tmp_path, "n0")) as (a,):
-            peer = await RawPeer.connect(a)
-            with trio.fail_after(5):
-                while True:
-                    frames = list(peer.decoder.feed(await peer.stream.receive_some(4096)))
-                    if frames:
-                        break
-            rpc = decode_rpc(frames[0])
-            assert rpc.subscriptions == (SubOpts(True, "t"),)
+        async with running(make_cfg(tmp_path, "n0")) as (a,), trio.open_nursery() as nursery:
+            peer = await RawPeer.connect(a, nursery)
+            for proto in ("/ipfs/id/1.0.0", "/ipfs/ping/1.0.0", "/meshsub/1.1.0"):
+                with pytest.raises(Exception, match="none of"):
+                    await negotiate_outbound(peer.conn.open_stream(), [proto])
+            await peer.send_rpc(Rpc(subscriptions=(SubOpts(True, "t"),)))
+            await wait_for(lambda: a.mesh().get("t") == [peer_id_to_b58(EVIL_ID)])
+            nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -10,9 +10,10 @@ import trio
 
 from node.config import LinkShape
 from node.engine.api import TraceType
+from node.identity import peer_id_to_b58
 from node.runtime.shaper import LinkShaper, Uplink
 from node.tracefile import read_trace
-from test_node_runtime import RawPeer, ctl, make_cfg, running, wait_for
+from test_node_runtime import EVIL_ID, RawPeer, ctl, make_cfg, pid, running, wait_for
 
 
 def test_delay_jitter_keep_fifo_order():
@@ -50,7 +51,7 @@ def test_delay_and_loss_observed_over_tcp(tmp_path):
 
     async def main():
         slow = LinkShape(delay_ms=150)
-        a_cfg = make_cfg(tmp_path, "a", shaping={"b": slow}, router="floodsub", params={})
+        a_cfg = make_cfg(tmp_path, "a", shaping={pid("b"): slow}, router="floodsub", params={})
         b_cfg = make_cfg(tmp_path, "b", router="floodsub", params={})
         async with running(a_cfg, b_cfg) as (a, b):
             await b.connect("127.0.0.1", a.listen_port, "a", True)
@@ -65,7 +66,7 @@ def test_delay_and_loss_observed_over_tcp(tmp_path):
             assert min(times) >= 0.14, times
             assert max(times) < 2.0, times
 
-        lossy_cfg = make_cfg(tmp_path, "c", shaping={"d": LinkShape(loss=0.5)}, router="floodsub", params={})
+        lossy_cfg = make_cfg(tmp_path, "c", shaping={pid("d"): LinkShape(loss=0.5)}, router="floodsub", params={})
         d_cfg = make_cfg(tmp_path, "d", router="floodsub", params={})
         async with running(lossy_cfg, d_cfg) as (c, d):
             await d.connect("127.0.0.1", c.listen_port, "c", True)
@@ -86,11 +87,12 @@ def test_full_queue_drops_and_traces_drop_rpc(tmp_path):
     async def main():
         cfg = make_cfg(
             tmp_path, "a", router="floodsub", params={}, queue_len=4,
-            shaping={"slow": LinkShape(rate_bps=8_000)},
+            shaping={peer_id_to_b58(EVIL_ID): LinkShape(rate_bps=8_000)},
         )
-        async with running(cfg, make_cfg(tmp_path, "fast", router="floodsub", params={})) as (a, fast):
+        async with running(cfg, make_cfg(tmp_path, "fast", router="floodsub", params={})) as (a, fast), \
+                trio.open_nursery() as nursery:
             await fast.connect("127.0.0.1", a.listen_port, "a", True)
-            slow = await RawPeer.connect(a, "slow", ("/floodsub/1.0.0",))
+            slow = await RawPeer.connect(a, nursery, "/floodsub/1.0.0")
             from node.wire import Rpc, SubOpts
 
             await slow.send_rpc(Rpc(subscriptions=(SubOpts(True, "t"),)))
@@ -102,10 +104,11 @@ def test_full_queue_drops_and_traces_drop_rpc(tmp_path):
             assert a.counters["dropped"] >= 30
             st = await ctl(a, "status")
             assert st["counters"]["dropped"] == a.counters["dropped"]
+            nursery.cancel_scope.cancel()
 
     trio.run(main)
     drops = [ev for ev in read_trace(tmp_path / "a.pb") if ev.type == TraceType.DROP_RPC]
-    assert len(drops) >= 30 and all(ev.dropRPC.sendTo == b"slow" for ev in drops)
+    assert len(drops) >= 30 and all(ev.dropRPC.sendTo == EVIL_ID for ev in drops)
 
 
 def test_a_stalled_peer_does_not_block_the_router(tmp_path):
@@ -113,9 +116,10 @@ def test_a_stalled_peer_does_not_block_the_router(tmp_path):
 
     async def main():
         cfg = make_cfg(tmp_path, "a", router="floodsub", params={}, queue_len=8)
-        async with running(cfg, make_cfg(tmp_path, "fast", router="floodsub", params={})) as (a, fast):
+        async with running(cfg, make_cfg(tmp_path, "fast", router="floodsub", params={})) as (a, fast), \
+                trio.open_nursery() as nursery:
             await fast.connect("127.0.0.1", a.listen_port, "a", True)
-            stalled = await RawPeer.connect(a, "stalled", ("/floodsub/1.0.0",))
+            stalled = await RawPeer.connect(a, nursery, "/floodsub/1.0.0")
             from node.wire import Rpc, SubOpts
 
             await stalled.send_rpc(Rpc(subscriptions=(SubOpts(True, "t"),)))
@@ -125,7 +129,8 @@ def test_a_stalled_peer_does_not_block_the_router(tmp_path):
                 await trio.sleep(0.02)
             await wait_for(lambda: fast.counters["delivered"] == 100, timeout=15)
             assert a.counters["dropped"] > 0
+            nursery.cancel_scope.cancel()
 
     trio.run(main)
     drops = [ev.dropRPC.sendTo for ev in read_trace(tmp_path / "a.pb") if ev.type == TraceType.DROP_RPC]
-    assert drops and set(drops) == {b"stalled"}
+    assert drops and set(drops) == {EVIL_ID}

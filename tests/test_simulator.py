@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from node.engine.api import TraceType
+from node.identity import identity_for_index, peer_id_from_b58
 from node.tracefile import read_trace
 from orchestrator.experiment.spec import load_experiment, parse_experiment, resolved_to_yaml
 from orchestrator.sim_run import run_simulation
@@ -33,6 +34,12 @@ def simulate(path_or_text: Path | str, run_dir: Path, seed: int | None = None):
 
 def trace_bytes(run_dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((run_dir / "traces").glob("*.pb"))}
+
+
+def names_by_peer_id(run_dir: Path) -> dict[bytes, str]:
+    """topology.json's name <-> peer id mapping, as the analysis reads it."""
+    nodes = json.loads((run_dir / "topology.json").read_text())["nodes"]
+    return {peer_id_from_b58(n["peer_id"]): n["name"] for n in nodes}
 
 
 def message_outcomes(run_dir: Path) -> dict[bytes, dict[str, str]]:
@@ -100,6 +107,70 @@ def test_simsub_100_every_message_reaches_all_100_nodes(tmp_path):
         assert len(nodes) == 100, f"message {mid.hex()} reached {len(nodes)} nodes"
         assert sum(1 for v in nodes.values() if v == "publish") == 5
     assert result.summary["delivery_ratio"] == 1.0
+    # as the reference counts them (and go traces them): the 5 injecting nodes
+    # deliver too, 10 x 100 = 1,000; the ratio counts only the other 950
+    assert result.summary["deliver"] == 1000
+    assert (result.summary["expected_deliveries"], result.summary["deliveries"]) == (950, 950)
+
+
+def test_traces_carry_test_plans_peer_ids_and_topology_maps_names(tmp_path):
+    resolved, _ = simulate(TOPOLOGIES / "quick.yaml", tmp_path / "run")
+    run = tmp_path / "run"
+    topo = json.loads((run / "topology.json").read_text())["nodes"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    for index, (spec, node) in enumerate(zip(resolved.nodes, topo, strict=True)):
+        assert node["name"] == spec.name
+        assert node["peer_id"] == identity_for_index(index).peer_id_b58
+        assert manifest["peer_ids"][spec.name] == node["peer_id"]
+    assert manifest["wire"] == {"security": "noise", "authenticity": "strict", "message_id": "from-seqno"}
+    names = names_by_peer_id(run)
+    for path in (run / "traces").glob("*.pb"):
+        for ev in read_trace(path):
+            assert names[ev.peerID] == path.stem
+            if ev.type == TraceType.RECV_RPC:
+                assert ev.recvRPC.receivedFrom in names
+
+
+def test_publisher_traces_publish_then_deliver_from_itself(tmp_path):
+    simulate(TOPOLOGIES / "quick.yaml", tmp_path / "run")
+    events = json.loads("[" + ",".join((tmp_path / "run" / "events.jsonl").read_text().splitlines()) + "]")
+    publish = next(e for e in events if e["kind"] == "publish" and e["node"] is not None)
+    trace = list(read_trace(tmp_path / "run" / "traces" / f"{publish['node']}.pb"))
+    mine = [ev for ev in trace if ev.type in (TraceType.PUBLISH_MESSAGE, TraceType.DELIVER_MESSAGE)
+            and bytes.hex(ev.publishMessage.messageID or ev.deliverMessage.messageID) == publish["message_id"]]
+    assert [ev.type for ev in mine] == [TraceType.PUBLISH_MESSAGE, TraceType.DELIVER_MESSAGE]
+    assert mine[1].deliverMessage.receivedFrom == mine[1].peerID
+
+
+@pytest.mark.parametrize(("wire", "extra_bytes"), [
+    ("{authenticity: author}", 0),
+    ("{authenticity: strict}", 66),  # a 64-byte signature field; ed25519 ids need no key
+    ("{authenticity: anonymous, message_id: first-8-bytes}", None),
+])
+def test_authenticity_is_modelled_with_real_sizes(tmp_path, wire, extra_bytes):
+    text = """
+name: auth
+seed: 1
+nodes: {count: 2, router: floodsub, topics: [t]}
+overlay: {type: explicit, edges: [[n0, n1]]}
+workload: {topic: t, messages: 3, interval: 1s, size: 100, publishers: {nodes: [n0]}}
+wire: WIRE
+"""
+    _, result = simulate(text.replace("WIRE", wire), tmp_path / "run")
+    assert result.summary["delivery_ratio"] == 1.0
+    sizes = [ev.sendRPC.size for ev in read_trace(tmp_path / "run" / "traces" / "n0.pb")
+             if ev.type == TraceType.SEND_RPC and ev.sendRPC.meta.messages]
+    ids = [m.messageID for ev in read_trace(tmp_path / "run" / "traces" / "n1.pb")
+           if ev.type == TraceType.DELIVER_MESSAGE for m in [ev.deliverMessage]]
+    assert len(sizes) == 3 and len(set(ids)) == 3
+    # an RPC with one message field (tag, 2-byte length past 127, message):
+    # from (38-byte peer id) + data + seqno + topic [+ signature]
+    unsigned = (2 + 38) + (2 + 100) + (2 + 8) + (2 + 1)
+    if extra_bytes is None:  # anonymous: no from, no seqno; ids are the data's first 8 bytes
+        assert sizes == [2 + (2 + 100) + (2 + 1)] * 3
+        assert [int.from_bytes(i, "big") for i in ids] == [0, 1, 2]
+    else:
+        assert sizes == [3 + unsigned + extra_bytes] * 3
 
 
 def test_churn_30_live_subscribers_still_get_the_messages(tmp_path):
@@ -159,10 +230,12 @@ def test_an_undone_action_brings_the_node_back(tmp_path, action, extra):
 
 def test_stop_sends_prune_and_its_mesh_peers_receive_it_before_the_disconnect(tmp_path):
     simulate(CHURN_TEMPLATE.format(action="stop", extra=""), tmp_path / "run")
+    names = names_by_peer_id(tmp_path / "run")
+    n5 = next(pid for pid, name in names.items() if name == "n5")
     events = list(read_trace(tmp_path / "run" / "traces" / "n5.pb"))
     leave_at = next(ev.timestamp for ev in events if ev.type == TraceType.LEAVE)
     pruned = {
-        ev.sendRPC.sendTo.decode() for ev in events
+        names[ev.sendRPC.sendTo] for ev in events
         if ev.type == TraceType.SEND_RPC and ev.sendRPC.meta.control.prune and ev.timestamp == leave_at
     }
     assert pruned
@@ -170,11 +243,11 @@ def test_stop_sends_prune_and_its_mesh_peers_receive_it_before_the_disconnect(tm
         peer_events = list(read_trace(tmp_path / "run" / "traces" / f"{peer}.pb"))
         got_prune = next(
             ev.timestamp for ev in peer_events
-            if ev.type == TraceType.RECV_RPC and ev.recvRPC.receivedFrom == b"n5" and ev.recvRPC.meta.control.prune
+            if ev.type == TraceType.RECV_RPC and ev.recvRPC.receivedFrom == n5 and ev.recvRPC.meta.control.prune
         )
         removed = next(
             ev.timestamp for ev in peer_events
-            if ev.type == TraceType.REMOVE_PEER and ev.removePeer.peerID == b"n5"
+            if ev.type == TraceType.REMOVE_PEER and ev.removePeer.peerID == n5
         )
         assert leave_at < got_prune <= removed
 

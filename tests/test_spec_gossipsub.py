@@ -357,7 +357,7 @@ def test_message_processing_never_reforwards_own_messages():
     out = r.handle_rpc(0, b"p00", publish_rpc(own))
     assert out.deliveries == () and forwarded(out) == {}
     (ev,) = [ev for ev in out.trace if ev.type == TraceType.REJECT_MESSAGE]
-    assert ev.reason == "self-origin"
+    assert ev.reason == "self originated message"  # go's RejectSelfOrigin
 
 
 def test_message_processing_own_published_message_coming_back_is_rejected_as_self_origin():
@@ -428,12 +428,17 @@ def test_publish_subscribed_sends_to_floodsub_peers_and_mesh():
     assert T not in r.fanout
 
 
-def test_publisher_records_publish_message_and_no_deliver():
+def test_publisher_records_publish_message_then_deliver_from_itself():
+    """go's publishMessage: DeliverMessage for the node's own message, with
+    receivedFrom the publisher itself, before it is forwarded."""
     r = subscribed()
     out = r.publish(1, T, b"x")
-    assert out.deliveries == ()
-    kinds = types(out)
-    assert TraceType.PUBLISH_MESSAGE in kinds and TraceType.DELIVER_MESSAGE not in kinds
+    (m,) = out.deliveries
+    assert m.from_peer == b"me" and m.data == b"x"
+    kinds = [k for k in types(out) if k in (TraceType.PUBLISH_MESSAGE, TraceType.DELIVER_MESSAGE)]
+    assert kinds == [TraceType.PUBLISH_MESSAGE, TraceType.DELIVER_MESSAGE]
+    (ev,) = [ev for ev in out.trace if ev.type == TraceType.DELIVER_MESSAGE]
+    assert (ev.message_id, ev.peer) == (m.id, b"me")
 
 
 def test_publish_unsubscribed_goes_to_D_fanout_peers_with_last_publish_time():

@@ -88,7 +88,7 @@ def test_unknown_fields_are_skipped():
     msg = ld(1, b"n1") + ld(2, b"data") + ld(3, SEQ) + ld(4, "blocks") + ld(5, b"sig") + ld(6, b"key") + ld(42, b"?")
     data = unknown + ld(2, msg) + ld(3, ld(4, ld(1, "tx") + ld(2, ld(1, b"peer")) + vi(3, 60)) + vi(77, 1))
     rpc = decode_rpc(data)
-    assert rpc.publish == (Message(b"n1", b"data", SEQ, "blocks"),)
+    assert rpc.publish == (Message(b"n1", b"data", SEQ, "blocks", b"sig", b"key"),)
     assert rpc.control == Control(prune=(Prune("tx"),))  # v1.1 prune peers/backoff skipped
     assert rpc.subscriptions == ()
 

@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass
 
 from node.engine.api import FLOODSUB_ID, MESHSUB_ID, NS, OutputBuilder, TraceType
+from node.engine.authenticity import Authenticity
 from node.engine.caches import MessageCache
 from node.engine.pubsub import PubSubRouter, Validator, sample_sorted
 from node.wire import Control, Message, MessageId, PeerId
@@ -71,9 +72,9 @@ class GossipSubRouter(PubSubRouter):
 
     def __init__(
         self, peer_id: PeerId, rng: random.Random, params: GossipSubParams,
-        validator: Validator | None = None,
+        validator: Validator | None = None, auth: Authenticity = Authenticity(),
     ) -> None:
-        super().__init__(peer_id, rng, params, validator)
+        super().__init__(peer_id, rng, params, validator, auth)
         self.mesh: dict[str, set[PeerId]] = {}
         self.fanout: dict[str, set[PeerId]] = {}
         self.last_published: dict[str, int] = {}

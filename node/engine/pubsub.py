@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from node.engine.api import NS, Output, OutputBuilder, TraceType
+from node.engine.authenticity import REJECT_SELF_ORIGIN, REJECT_VALIDATION_FAILED, Authenticity
 from node.engine.caches import SeenCache
-from node.wire import Control, Message, PeerId, Rpc, seqno_bytes
+from node.wire import Control, Message, PeerId, Rpc
 
 Validator = Callable[[Message], bool]
 
@@ -45,13 +46,17 @@ class PubSubRouter:
 
     def __init__(
         self, peer_id: PeerId, rng: random.Random, params: RouterParams, validator: Validator | None = None,
+        auth: Authenticity = Authenticity(),
     ) -> None:
         """`params` are checked here; routers without a heartbeat interval of
-        their own tick once a second (their heartbeat does nothing)."""
+        their own tick once a second (their heartbeat does nothing). `auth`
+        is the network's message authenticity (unsigned from + seqno unless
+        told otherwise)."""
         params.check()
         self.params = params
         self.peer_id = peer_id
         self.rng = rng
+        self.auth = auth
         self.heartbeat_interval = round(getattr(params, "heartbeat_interval", 1.0) * NS)
         self.first_heartbeat = round(getattr(params, "heartbeat_initial_delay", 1.0) * NS)
         self.validator = validator
@@ -131,17 +136,20 @@ class PubSubRouter:
         # go-libp2p-pubsub starts the counter at the current time in ns, so a
         # restarted router never reuses a message id; `now` plays that role.
         self._seqno = max(self._seqno + 1, now)
-        return self.publish_message(now, Message(self.peer_id, data, seqno_bytes(self._seqno), topic))
+        return self.publish_message(now, self.auth.author(self.peer_id, self._seqno, topic, data))
 
     def publish_message(self, now: int, msg: Message) -> Output:
         """Publish a message built elsewhere: the reference simulator's injection
-        hands one message (one id) to several nodes."""
+        hands one message (one id) to several nodes. As go's publishMessage,
+        the publisher traces PUBLISH_MESSAGE, then DELIVER_MESSAGE (received
+        from itself) and hands the message to its own application."""
         out = OutputBuilder(now)
         mid = msg.id
         if self.seen.has(now, mid):
             return out.build()
         self.seen.add(now, mid)
         out.event(TraceType.PUBLISH_MESSAGE, message_id=mid, topic=msg.topic)
+        out.deliver(msg, self.peer_id)
         self._accepted(out, msg)
         self._forward(out, msg, received_from=None)
         return out.build()
@@ -152,31 +160,37 @@ class PubSubRouter:
         return out.build()
 
     def _receive(self, out: OutputBuilder, sender: PeerId, msg: Message) -> None:
-        """Payload processing: subscribed, self-origin, seen, validation, then
-        deliver and forward (go-libp2p-pubsub's pushMsg order)."""
+        """Payload processing: subscribed, self-origin, signing policy, seen,
+        signature, validation, then deliver and forward (go-libp2p-pubsub's
+        pushMsg order)."""
         if not self._wants(msg):
             return
         mid = msg.id
         now = out.now
         if msg.from_peer == self.peer_id:
-            out.event(
-                TraceType.REJECT_MESSAGE, message_id=mid, topic=msg.topic, peer=sender,
-                reason="self-origin",
-            )
+            self._reject(out, sender, msg, REJECT_SELF_ORIGIN)
+            return
+        reason = self.auth.reject_before_seen(msg)
+        if reason is not None:
+            self._reject(out, sender, msg, reason)
             return
         if self.seen.has(now, mid):
             out.event(TraceType.DUPLICATE_MESSAGE, message_id=mid, topic=msg.topic, peer=sender)
             return
-        if self.validator is not None and not self.validator(msg):
-            out.event(
-                TraceType.REJECT_MESSAGE, message_id=mid, topic=msg.topic, peer=sender,
-                reason="validation failed",
-            )
+        reason = self.auth.reject_signature(msg)
+        if reason is None and self.validator is not None and not self.validator(msg):
+            reason = REJECT_VALIDATION_FAILED
+        if reason is not None:
+            self._reject(out, sender, msg, reason)
             return
         self.seen.add(now, mid)
         out.deliver(msg, sender)
         self._accepted(out, msg)
         self._forward(out, msg, received_from=sender)
+
+    @staticmethod
+    def _reject(out: OutputBuilder, sender: PeerId, msg: Message, reason: str) -> None:
+        out.event(TraceType.REJECT_MESSAGE, message_id=msg.id, topic=msg.topic, peer=sender, reason=reason)
 
     def _wants(self, msg: Message) -> bool:
         """Messages for topics we do not subscribe to are ignored, as

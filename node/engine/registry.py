@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from node.engine.api import Router
+from node.engine.authenticity import Authenticity
 from node.engine.floodsub import FloodSubParams, FloodSubRouter
 from node.engine.gossipsub import GossipSubParams, GossipSubRouter
 from node.engine.randomsub import RandomSubParams, RandomSubRouter
@@ -26,7 +27,7 @@ class RouterKind:
 
     name: str
     params: type
-    build: Callable[[PeerId, random.Random, Any], Router]
+    build: Callable[..., Router]  # (peer_id, rng, params, auth=...)
     fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     mesh_low_key: str | None = None
     mesh_any_topic: bool = False
@@ -65,13 +66,17 @@ ROUTERS: dict[str, RouterKind] = {
 }
 
 
-def make_router(name: str, peer_id: PeerId, seed: int, params: Mapping[str, Any] | None = None) -> Router:
-    """An engine of the named kind with its own RNG seeded by `seed`."""
+def make_router(
+    name: str, peer_id: PeerId, seed: int, params: Mapping[str, Any] | None = None,
+    auth: Authenticity = Authenticity(),
+) -> Router:
+    """An engine of the named kind with its own RNG seeded by `seed` and the
+    network's message authenticity `auth`."""
     try:
         kind = ROUTERS[name]
     except KeyError:
         raise ValueError(f"unknown router {name!r} (known: {', '.join(ROUTERS)})") from None
-    return kind.build(peer_id, random.Random(seed), kind.make_params(params or {}))
+    return kind.build(peer_id, random.Random(seed), kind.make_params(params or {}), auth=auth)
 
 
 def negotiate(ours: frozenset[str], theirs: frozenset[str], preferred: str) -> str | None:

@@ -21,7 +21,8 @@ import random
 from dataclasses import dataclass
 
 from node.engine.api import NS, Output, OutputBuilder, TraceType
-from node.wire import Message, MessageId, PeerId, Rpc, seqno_bytes
+from node.engine.authenticity import Authenticity
+from node.wire import Message, MessageId, PeerId, Rpc
 
 SIMSUB_ID = "/simsub/1.0.0"
 
@@ -47,10 +48,13 @@ class SimSubRouter:
     protocol_id = SIMSUB_ID
     supported_protocols = frozenset({SIMSUB_ID})
 
-    def __init__(self, peer_id: PeerId, rng: random.Random, params: SimSubParams) -> None:
+    def __init__(
+        self, peer_id: PeerId, rng: random.Random, params: SimSubParams, auth: Authenticity = Authenticity(),
+    ) -> None:
         params.check()
         self.peer_id = peer_id
         self.rng = rng
+        self.auth = auth
         self.params = params
         self.heartbeat_interval = NS
         self.first_heartbeat = round((1 + rng.random()) * NS)
@@ -100,12 +104,15 @@ class SimSubRouter:
         # go-libp2p-pubsub starts the counter at the current time in ns, so a
         # restarted router never reuses a message id; `now` plays that role.
         self._seqno = max(self._seqno + 1, now)
-        return self.publish_message(now, Message(self.peer_id, data, seqno_bytes(self._seqno), topic))
+        return self.publish_message(now, self.auth.author(self.peer_id, self._seqno, topic, data))
 
     def publish_message(self, now: int, msg: Message) -> Output:
+        """The reference delivers at the injecting nodes too; traced as go's
+        publishMessage does (PUBLISH_MESSAGE, then DELIVER_MESSAGE from self)."""
         out = OutputBuilder(now)
         if msg.id not in self.messages:
             out.event(TraceType.PUBLISH_MESSAGE, message_id=msg.id, topic=msg.topic)
+            out.deliver(msg, self.peer_id)
             self._store_and_forward(out, msg, source=None)
         return out.build()
 

@@ -9,8 +9,9 @@ does nothing. Commands:
                                          (reset_lag: start a new lag window after answering)
     subscribe / unsubscribe  topic
     publish      topic, data | data_b64 | size [, seq]     -> message_id (hex)
-    inject       from, seqno, topic, data | data_b64 | size [, seq]
-                 publish a message built elsewhere (one id handed to several nodes)
+    inject       seqno, topic, data | data_b64 | size [, seq]
+                 publish a message built elsewhere (one id handed to several nodes),
+                 authored by the testbed's injector identity
     connect      host, port [, name, persistent]           -> peer
     disconnect   peer                                       close one connection
     isolate      [peers]   close and refuse connections to peers (all when absent)
@@ -27,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from node.wire import workload_data
+
 if TYPE_CHECKING:
     from node.runtime.daemon import Node
 
@@ -37,12 +40,6 @@ CONNECT_TIMEOUT_S = 15.0
 
 class BadRequest(ValueError):
     pass
-
-
-def make_payload(seq: int, size: int) -> bytes:
-    """Deterministic message data of the requested size (the simulator's)."""
-    head = f"msg-{seq}:".encode()
-    return (head * (size // len(head) + 1))[:size]
 
 
 def _str(req: dict[str, Any], key: str) -> str:
@@ -79,7 +76,7 @@ def _data(req: dict[str, Any]) -> bytes:
         except (ValueError, TypeError) as exc:
             raise BadRequest(f"'data_b64' is not base64: {exc}") from None
     else:
-        data = make_payload(_int(req, "seq", 0), _int(req, "size", 0, 0, MAX_PAYLOAD))
+        data = workload_data(_int(req, "seq", 0), _int(req, "size", 0, 0, MAX_PAYLOAD))
     if len(data) > MAX_PAYLOAD:
         raise BadRequest("payload too large")
     return data
@@ -113,8 +110,7 @@ async def handle(node: Node, req: Any) -> dict[str, Any]:
         if cmd == "publish":
             return {"ok": True, "message_id": node.publish(_str(req, "topic"), _data(req))}
         if cmd == "inject":
-            from_peer = _str(req, "from").encode()
-            mid = node.inject(from_peer, _int(req, "seqno"), _str(req, "topic"), _data(req))
+            mid = node.inject(_int(req, "seqno"), _str(req, "topic"), _data(req))
             return {"ok": True, "message_id": mid}
         if cmd == "connect":
             name = req.get("name")

@@ -1,4 +1,4 @@
-"""The router daemon: one protocol engine on trio, over TCP.
+"""The router daemon: one protocol engine on trio, a libp2p peer over TCP.
 
 One nursery holds the node's whole life: the peer listener, the control
 endpoint, a dial loop per initial peer, the heartbeat timer and the ticker
@@ -8,24 +8,31 @@ connection ends its owner cleans up and, for a dial loop, redials.
 
 Rules that live here (docs/running.md):
 
-- Handshake (node/runtime/handshake.py): the dialer sends its hello first;
-  the listener reads it, refuses it if the dialer is isolated from us, and
-  answers with its own. A peer that sends anything invalid is dropped.
-- One logical peer per name. Two connections to the same peer (simultaneous
+- The wire (node/libp2p, docs/wire.md): TCP, multistream-select, the
+  experiment's security protocol (noise or plaintext), yamux, then one
+  pubsub stream each way (node/runtime/peer.py). A dialler checks that the
+  remote has the peer id it expected; anyone may dial in, and an inbound peer
+  that is not in the experiment is an ordinary peer known by its peer id.
+  A peer that fails the handshake is dropped, and refused if we are isolated
+  from it.
+- One logical peer per peer id. Two connections to the same peer (simultaneous
   dials, or a redial before we noticed the old connection died): the one
-  dialled by the lower name wins; between two dialled by the same side the
+  dialled by the lower peer id wins; between two dialled by the same side the
   newer wins (the older is stale). Both ends apply the same rule, so they
   keep the same TCP connection. Replacing a connection is remove_peer +
   add_peer on the engine, so both ends restart from the same state.
-- A peer that sends bytes that are not frames, a frame above max_frame or an
-  undecodable RPC is dropped; valid RPCs with nonsense go to the engine,
-  which ignores what it does not know.
+- A peer that breaks a wire rule (bad handshake, unknown yamux frame, a
+  stream window overrun), sends bytes that are not frames, a frame above
+  max_frame or an undecodable RPC is dropped; valid RPCs with nonsense go to
+  the engine, which ignores what it does not know.
 - Every RPC the engine emits is handed to the peer's bounded queue (SEND_RPC)
   or dropped there when the queue is full or the RPC exceeds max_frame
   (DROP_RPC). The router never waits on one peer.
 - Isolation (`isolate`/`rejoin`, used by churn's disconnect/reconnect): closes
   the connections to the named peers (or all), refuses their dials and stops
   dialling them until `rejoin`.
+- Names: the control endpoint and status speak the experiment's names
+  (`peer_names` in the config); a peer without one is its base58 peer id.
 """
 
 from __future__ import annotations
@@ -36,29 +43,24 @@ import random
 import signal
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from node.codec import FrameDecoder, FrameError, encode_frame
+from node.codec import FrameError, encode_frame
 from node.config import LinkShape, NodeConfig, PeerAddress
 from node.engine import TraceType, make_router
 from node.engine.api import Output
-from node.runtime.handshake import (
-    HandshakeError,
-    Hello,
-    agree,
-    check_peer_hello,
-    first_frame,
-    hello_for,
-    parse_hello,
-)
+from node.identity import INJECTOR_INDEX, identity_for_index, peer_id_from_b58, peer_id_to_b58
+from node.libp2p.connection import MuxedConnection, upgrade
+from node.libp2p.errors import ProtocolError
 from node.runtime.lag import LagMeter
 from node.runtime.peer import PeerLink
 from node.runtime.shaper import LinkShaper, Uplink
 from node.tracefile import TraceWriter, rpc_event
-from node.wire import Message, decode_rpc, encode_rpc, seqno_bytes
+from node.wire import decode_rpc, encode_rpc
 
 log = logging.getLogger("node")
 
@@ -79,14 +81,21 @@ class Node:
     def __init__(self, cfg: NodeConfig) -> None:
         self.cfg = cfg
         self.name = cfg.name
-        self.engine = make_router(cfg.router, cfg.peer_id, cfg.seed, cfg.params)
-        self.hello: Hello = hello_for(self.name, self.engine.protocol_id, self.engine.supported_protocols)
+        self.identity = cfg.identity
+        self.peer_id = self.identity.peer_id
+        self.auth = cfg.auth()
+        self.engine = make_router(cfg.router, self.peer_id, cfg.seed, cfg.params, auth=self.auth)
+        preferred = self.engine.protocol_id
+        self.protocols = (preferred, *sorted(self.engine.supported_protocols - {preferred}))
+        self.names = {peer_id_from_b58(pid): name for pid, name in cfg.peer_names.items()}
+        self.peer_ids = {name: pid for pid, name in self.names.items()}
+        self.shaping = {peer_id_from_b58(pid): shape for pid, shape in cfg.shaping.items()}
         self.trace = TraceWriter(Path(cfg.trace_path), cfg.peer_id, cfg.flush_interval_ms * 1_000_000)
         self.lag = LagMeter()
         self.lag_path = Path(cfg.lag_path or cfg.trace_path + ".lag.json")
         self.uplink = Uplink(cfg.uplink_bps)
         self.rng = random.Random(f"runtime-{cfg.seed}")  # never the engine's RNG
-        self.links: dict[str, PeerLink] = {}
+        self.links: dict[bytes, PeerLink] = {}
         self.topics: set[str] = set()
         self.isolated: set[str] | None = None  # None: not isolated; empty: from everyone
         self.counters: Counter[str] = Counter()
@@ -108,8 +117,8 @@ class Node:
         self.listen_port = peer_listeners[0].socket.getsockname()[1]
         self.control_port = control_listeners[0].socket.getsockname()[1]
         log.info(
-            "%s (%s) listening on %s:%d, control on %s:%d", self.name, cfg.router,
-            cfg.listen_host, self.listen_port, cfg.control_host, self.control_port,
+            "%s (%s, %s) listening on %s:%d, control on %s:%d", self.name, cfg.router,
+            peer_id_to_b58(self.peer_id), cfg.listen_host, self.listen_port, cfg.control_host, self.control_port,
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -187,60 +196,53 @@ class Node:
 
     # Connections
 
-    def _blocked(self, peer: str) -> bool:
-        return self.isolated is not None and (not self.isolated or peer in self.isolated)
+    def label(self, peer_id: bytes) -> str:
+        """A peer's experiment name, or its base58 peer id."""
+        name = self.names.get(peer_id)
+        if name is None:
+            name = self.names[peer_id] = peer_id_to_b58(peer_id)
+        return name
+
+    def _blocked(self, peer_id: bytes) -> bool:
+        return self.isolated is not None and (not self.isolated or self.label(peer_id) in self.isolated)
 
     def _notify(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def _wait_dialable(self, peer: str | None) -> None:
-        while peer is not None and (self._blocked(peer) or peer in self.links):
+    async def _wait_dialable(self, peer_id: bytes | None) -> None:
+        while peer_id is not None and (self._blocked(peer_id) or peer_id in self.links):
             await self._changed.wait()
 
-    def _shape_for(self, peer: str) -> LinkShape:
-        return self.cfg.shaping.get(peer, self.cfg.default_shape)
+    def _shape_for(self, peer_id: bytes) -> LinkShape:
+        return self.shaping.get(peer_id, self.cfg.default_shape)
 
-    async def _handshake(self, stream: trio.abc.Stream, *, dialing: bool, expect: str | None) -> tuple[str, str, FrameDecoder]:
-        """(peer name, protocol, decoder holding whatever followed the hello)."""
-        decoder = FrameDecoder(self.cfg.max_frame)
+    async def _upgrade(self, stream: trio.abc.Stream, *, dialing: bool, expect: bytes | None) -> MuxedConnection:
         with trio.fail_after(self.cfg.handshake_timeout_ms / 1000):
-            if dialing:
-                await stream.send_all(self.hello.encode())
-            data = b""
-            while (frame := first_frame(decoder, data)) is None:
-                data = await stream.receive_some(4096)
-                if not data:
-                    raise HandshakeError("connection closed during the handshake")
-            theirs = parse_hello(frame)
-            check_peer_hello(self.hello, theirs, expect)
-            if dialing:
-                return theirs.name, agree(self.hello, theirs), decoder
-            if self._blocked(theirs.name):
-                raise HandshakeError(f"refused {theirs.name}: isolated from it")
-            protocol = agree(theirs, self.hello)
-            await stream.send_all(self.hello.encode())
-            return theirs.name, protocol, decoder
+            conn = await upgrade(stream, self.identity, self.cfg.security, dialing=dialing, expect=expect)
+        if not dialing and self._blocked(conn.peer_id):
+            raise ProtocolError(f"refused {self.label(conn.peer_id)}: isolated from it")
+        return conn
 
     async def _inbound(self, stream: trio.SocketStream) -> None:
         try:
-            peer, protocol, decoder = await self._handshake(stream, dialing=False, expect=None)
-        except (HandshakeError, trio.TooSlowError, trio.BrokenResourceError, OSError) as exc:
+            conn = await self._upgrade(stream, dialing=False, expect=None)
+        except (ProtocolError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self.counters["handshakes_failed"] += 1
             log.info("%s: inbound handshake failed: %s", self.name, exc)
             await trio.aclose_forcefully(stream)
             return
-        await self._run_connection(stream, decoder, peer, peer, protocol)
+        await self._run_connection(conn, conn.peer_id)
 
     async def _dial_loop(
-        self, addr: PeerAddress | tuple[str, int, str | None], persistent: bool,
+        self, addr: PeerAddress | tuple[str, int, bytes | None], persistent: bool,
         task_status=trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Dial with capped exponential backoff. Persistent: keep the peer
         connected for the node's life (redial when the connection ends).
         One-shot: give up after CONNECT_ATTEMPTS failures (ConnectError)."""
         if isinstance(addr, PeerAddress):
-            host, port, expect = addr.host, addr.port, addr.name
+            host, port, expect = addr.host, addr.port, peer_id_from_b58(addr.peer_id)
         else:
             host, port, expect = addr
         first = self.cfg.dial_backoff_ms / 1000
@@ -254,15 +256,16 @@ class Node:
                 with trio.fail_after(self.cfg.handshake_timeout_ms / 1000):
                     stream = await trio.open_tcp_stream(host, port)
                 try:
-                    peer, protocol, decoder = await self._handshake(stream, dialing=True, expect=expect)
+                    conn = await self._upgrade(stream, dialing=True, expect=expect)
                 except BaseException:
                     await trio.aclose_forcefully(stream)
                     raise
-            except (HandshakeError, trio.TooSlowError, trio.BrokenResourceError, OSError) as exc:
+            except (ProtocolError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
+                    OSError) as exc:
                 failures += 1
                 self.counters["dials_failed"] += 1
                 if failures == 1 or failures % 10 == 0:
-                    log.info("%s: dial %s (%s:%d) failed (%d): %s", self.name, expect, host, port, failures, exc)
+                    log.info("%s: dial %s:%d failed (%d): %s", self.name, host, port, failures, exc)
                 if not persistent and failures >= CONNECT_ATTEMPTS:
                     raise ConnectError(f"could not connect to {host}:{port}: {exc}") from None
                 await trio.sleep(backoff * (0.5 + self.rng.random()))
@@ -270,65 +273,71 @@ class Node:
                 continue
             failures = 0
             if not reported:
-                task_status.started(peer)
+                task_status.started(self.label(conn.peer_id))
                 reported = True
-            if self._blocked(peer):
+            if self._blocked(conn.peer_id):
                 await trio.aclose_forcefully(stream)
                 admitted = False
             else:
-                admitted = await self._run_connection(stream, decoder, peer, self.name, protocol)
+                admitted = await self._run_connection(conn, self.peer_id)
             if not persistent:
                 return
-            expect = expect or peer
+            expect = expect or conn.peer_id
             backoff = first if admitted else min(backoff * 2, cap)
             await trio.sleep(backoff * (0.5 + self.rng.random()))
 
     def _admit(self, link: PeerLink) -> bool:
-        existing = self.links.get(link.name)
+        existing = self.links.get(link.peer_id)
         if existing is not None:
-            keep_new = existing.dialer == link.dialer or link.dialer == min(self.name, link.name)
+            keep_new = existing.dialer == link.dialer or link.dialer == min(self.peer_id, link.peer_id)
             if not keep_new:
                 self.counters["duplicate_connections"] += 1
                 return False
             self._forget(existing, "replaced by a newer connection")
-        self.links[link.name] = link
+        self.links[link.peer_id] = link
         self._notify()
         return True
 
     def _forget(self, link: PeerLink, reason: str) -> None:
         link.close(reason)
-        if self.links.get(link.name) is not link:
+        if self.links.get(link.peer_id) is not link:
             return
-        del self.links[link.name]
+        del self.links[link.peer_id]
         self.counters["bytes_in"] += link.bytes_in
         self.counters["bytes_out"] += link.bytes_out
         if link.misbehaved:
             self.counters["peers_dropped"] += 1
         log.info("%s: peer %s gone: %s", self.name, link.name, link.close_reason or reason)
-        now = time.time_ns()
-        self._apply(self.engine.remove_peer(now, link.peer_id), now)
+        if link.ready.is_set():
+            now = time.time_ns()
+            self._apply(self.engine.remove_peer(now, link.peer_id), now)
         self._notify()
 
-    async def _run_connection(
-        self, stream: trio.abc.Stream, decoder: FrameDecoder, peer: str, dialer: str, protocol: str
-    ) -> bool:
-        shaper = LinkShaper(self._shape_for(peer), self.uplink, self.rng)
-        link = PeerLink(peer, stream, decoder, dialer, protocol, shaper, self.cfg.queue_len, self._on_frame)
+    async def _run_connection(self, conn: MuxedConnection, dialer: bytes) -> bool:
+        peer_id = conn.peer_id
+        shaper = LinkShaper(self._shape_for(peer_id), self.uplink, self.rng)
+        link = PeerLink(conn, self.label(peer_id), dialer, shaper, self.cfg.queue_len, self.cfg.max_frame,
+                        self.protocols, self._on_ready, self._on_frame)
         if not self._admit(link):
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(conn.tcp)
             return False
         try:
-            now = time.time_ns()
-            self._apply(self.engine.add_peer(now, link.peer_id, protocol), now)
             await link.run()
         finally:
             self._forget(link, link.close_reason or "connection ended")
         return True
 
+    def _on_ready(self, link: PeerLink) -> None:
+        """Our pubsub stream to the peer is open: the engine meets the peer."""
+        if self.links.get(link.peer_id) is not link:
+            return
+        now = time.time_ns()
+        self._apply(self.engine.add_peer(now, link.peer_id, link.protocol), now)
+
     def _on_frame(self, link: PeerLink, frame: bytes) -> None:
-        if self.links.get(link.name) is not link:
+        if self.links.get(link.peer_id) is not link:
             return  # a replaced connection's last words
-        rpc = decode_rpc(frame)  # WireError drops the peer
+        rpc = decode_rpc(frame, self.cfg.message_id)  # WireError drops the peer
         link.rpcs_in += 1
         self.counters["rpcs_in"] += 1
         now = time.time_ns()
@@ -344,9 +353,9 @@ class Node:
     def _apply(self, out: Output, now: int) -> None:
         events = list(out.trace)
         for peer, rpc in out.sends:
-            link = self.links.get(peer.decode("utf-8", "replace"))
+            link = self.links.get(peer)
             result = "dropped"
-            if link is not None:
+            if link is not None and link.ready.is_set():
                 try:
                     frame = encode_frame(encode_rpc(rpc), self.cfg.max_frame)
                 except FrameError:
@@ -388,21 +397,37 @@ class Node:
         now = time.time_ns()
         return self._published(self.engine.publish(now, topic, data), now)
 
-    def inject(self, from_peer: bytes, seqno: int, topic: str, data: bytes) -> str:
-        """Publish a message built elsewhere (the same id via several nodes)."""
+    def inject(self, seqno: int, topic: str, data: bytes) -> str:
+        """Publish a message built elsewhere (the same id via several nodes),
+        authored by the testbed's injector identity."""
         now = time.time_ns()
-        msg = Message(from_peer, data, seqno_bytes(seqno), topic)
+        injector = identity_for_index(INJECTOR_INDEX)
+        msg = replace(self.auth, signer=injector).author(injector.peer_id, seqno, topic, data)
         mid = self._published(self.engine.publish_message(now, msg), now)
         return mid or msg.id.hex()
 
+    def peer_id_for(self, label: str) -> bytes | None:
+        """The peer id of an experiment name or a base58 peer id; None when
+        it is neither."""
+        if label in self.peer_ids:
+            return self.peer_ids[label]
+        try:
+            return peer_id_from_b58(label)
+        except ValueError:
+            return None
+
     async def connect(self, host: str, port: int, name: str | None, persistent: bool) -> str:
+        """Dial; `name` (an experiment name or a base58 peer id) is the peer
+        the remote must prove it is, when we know its peer id."""
         assert self._nursery is not None
-        if name is not None and name in self.links:
-            return name
-        return await self._nursery.start(self._dial_loop, (host, port, name), persistent)
+        expect = self.peer_id_for(name) if name is not None else None
+        if expect is not None and expect in self.links:
+            return self.label(expect)
+        return await self._nursery.start(self._dial_loop, (host, port, expect), persistent)
 
     def disconnect(self, peer: str) -> bool:
-        link = self.links.get(peer)
+        peer_id = self.peer_id_for(peer)
+        link = self.links.get(peer_id) if peer_id is not None else None
         if link is None:
             return False
         self._forget(link, "disconnected by the control endpoint")
@@ -413,11 +438,11 @@ class Node:
             self.isolated = set()
         else:
             self.isolated = (self.isolated or set()) | set(peers)
-        closed = [name for name in list(self.links) if self._blocked(name)]
-        for name in closed:
-            self._forget(self.links[name], "isolated")
+        closed = [pid for pid in list(self.links) if self._blocked(pid)]
+        for pid in closed:
+            self._forget(self.links[pid], "isolated")
         self._notify()
-        return closed
+        return sorted(self.label(pid) for pid in closed)
 
     def rejoin(self, peers: list[str] | None) -> None:
         if self.isolated is None:
@@ -432,16 +457,16 @@ class Node:
     def mesh(self) -> dict[str, list[str]]:
         mesh = getattr(self.engine, "mesh", None)
         if isinstance(mesh, dict):
-            return {t: sorted(p.decode("utf-8", "replace") for p in peers) for t, peers in sorted(mesh.items())}
+            return {t: sorted(self.label(p) for p in peers) for t, peers in sorted(mesh.items())}
         topic = getattr(self.engine, "topic", None)
         if topic is not None and isinstance(getattr(self.engine, "D", None), list):
-            return {topic: sorted(p.decode("utf-8", "replace") for p in self.engine.D)}
+            return {topic: sorted(self.label(p) for p in self.engine.D)}
         return {}
 
     def fanout(self) -> dict[str, list[str]]:
         fanout = getattr(self.engine, "fanout", None)
         if isinstance(fanout, dict):
-            return {t: sorted(p.decode("utf-8", "replace") for p in peers) for t, peers in sorted(fanout.items())}
+            return {t: sorted(self.label(p) for p in peers) for t, peers in sorted(fanout.items())}
         return {}
 
     def status(self) -> dict[str, Any]:
@@ -453,12 +478,14 @@ class Node:
                 "peers_dropped", "handshakes_failed", "dials_failed")
         return {
             "name": self.name,
+            "peer_id": peer_id_to_b58(self.peer_id),
+            "security": self.cfg.security,
             "router": self.cfg.router,
             "protocol": self.engine.protocol_id,
             "pid": os.getpid(),
             "uptime_s": round((time.time_ns() - self.started_ns) / 1e9, 3),
             "listen": [self.cfg.listen_host, self.listen_port],
-            "peers": sorted(self.links),
+            "peers": sorted(link.name for link in self.links.values()),
             "topics": sorted(self.topics),
             "mesh": self.mesh(),
             "fanout": self.fanout(),

@@ -1,59 +1,82 @@
-"""One connection to one peer, after the handshake: a reader that turns bytes
-into frames for the node, and a writer that drains a bounded outbound queue
+"""One libp2p peer: its muxed connection, the pubsub stream we write to it,
+the pubsub streams it opens to us, and a bounded outbound queue drained
 through the peer's delay line.
+
+As libp2p pubsub does, each side opens one outbound stream to the other
+(`/meshsub/1.0.0` or `/floodsub/1.0.0`, whichever the remote accepts first in
+our order of preference) and only writes to it; RPCs are read from the
+streams the remote opens. The peer joins the engine when our outbound stream
+is negotiated (`on_ready`): its protocol is the one the engine is told.
+Inbound RPCs wait until then, so the engine never hears from a peer it does
+not know. Streams for protocols we do not speak (identify, ping, newer
+meshsub versions) are answered `na` by multistream and end without harm.
 
 The queue is the only place an RPC waits: `offer` never blocks, so one slow
 or stalled peer fills its own queue (and the node records DROP_RPC) while the
 router keeps serving everybody else, as go-libp2p-pubsub's per-peer outbound
 queue does.
 
-A link ends when the peer closes, sends something that is not a frame, or
-`close()` is called; the task that runs it then tells the node.
+A peer ends when the connection closes, breaks a wire rule, sends an RPC the
+node refuses (`on_frame` raises ValueError), or `close()` is called; the task
+that runs it then tells the node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
 from node.codec import FrameDecoder
+from node.libp2p.bufstream import BufferedStream
+from node.libp2p.connection import MuxedConnection, YamuxStream, negotiate_inbound, negotiate_outbound
+from node.libp2p.errors import ProtocolError
 from node.runtime.shaper import LinkShaper
 
-READ_CHUNK = 64 << 10
 WRITE_BATCH = 64  # frames coalesced into one send
 FRAMES_PER_CHECKPOINT = 64  # yield to other tasks while a peer floods us
+NEGOTIATE_TIMEOUT_S = 10.0
 
 
 class PeerLink:
     def __init__(
         self,
-        name: str,
-        stream: trio.abc.Stream,
-        decoder: FrameDecoder,
-        dialer: str,
-        protocol: str,
+        conn: MuxedConnection,
+        label: str,
+        dialer: bytes,
         shaper: LinkShaper,
         queue_len: int,
+        max_frame: int,
+        protocols: Sequence[str],
+        on_ready: Callable[[PeerLink], None],
         on_frame: Callable[[PeerLink, bytes], None],
     ) -> None:
-        self.name = name
-        self.peer_id = name.encode()
-        self.stream = stream
-        self.decoder = decoder
-        self.dialer = dialer
-        self.protocol = protocol
+        self.conn = conn
+        self.peer_id = conn.peer_id
+        self.name = label  # the experiment's name, or the base58 peer id of an outsider
+        self.dialer = dialer  # peer id of the side that dialled this connection
         self.shaper = shaper
+        self.max_frame = max_frame
+        self.protocols = tuple(protocols)  # ours, preferred first
+        self.on_ready = on_ready
         self.on_frame = on_frame
+        self.protocol = ""  # negotiated on our outbound stream
+        self.ready = trio.Event()
         self._send, self._recv = trio.open_memory_channel[tuple[float, bytes]](max(queue_len, 1))
         self._held: tuple[float, bytes] | None = None
         self._writing = False
         self._cancel = trio.CancelScope()
         self.close_reason = ""
         self.misbehaved = False
-        self.bytes_in = 0
-        self.bytes_out = 0
         self.rpcs_in = 0
+
+    @property
+    def bytes_in(self) -> int:
+        return self.conn.bytes_in
+
+    @property
+    def bytes_out(self) -> int:
+        return self.conn.bytes_out
 
     # The node's side
 
@@ -77,48 +100,87 @@ class PeerLink:
     def pending(self) -> int:
         return self._recv.statistics().current_buffer_used + (1 if self._held or self._writing else 0)
 
+    def idle(self) -> bool:
+        return self.pending() == 0
+
     def close(self, reason: str) -> None:
         if not self.close_reason:
             self.close_reason = reason
         self._cancel.cancel()
+        self.conn.close(reason)
+
+    def _drop(self, reason: str) -> None:
+        self.misbehaved = True
+        self.close(f"dropped: {reason}")
 
     # The connection's task
 
     async def run(self) -> None:
-        """Until the peer goes away or `close` is called; returns the reason."""
+        """Until the connection ends or `close` is called."""
         with self._cancel:
-            try:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._writer)
-                    await self._reader()
-                    nursery.cancel_scope.cancel()
-            except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
-                self.close_reason = self.close_reason or f"connection error: {group.exceptions[0]}"
-        await trio.aclose_forcefully(self.stream)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._outbound)
+                await self.conn.run(self._inbound)
+                nursery.cancel_scope.cancel()
+        if self.conn.misbehaved:
+            self.misbehaved = True
+        self.close_reason = self.close_reason or self.conn.close_reason or "connection ended"
+        await trio.aclose_forcefully(self.conn.tcp)
 
-    async def _reader(self) -> None:
-        """Frames to the node until EOF; a malformed frame, or one the node
-        refuses (`on_frame` raises ValueError: undecodable RPC, oversized
-        frame), ends the link and marks the peer as misbehaving."""
+    async def _outbound(self) -> None:
+        stream = self.conn.open_stream()
+        try:
+            with trio.fail_after(NEGOTIATE_TIMEOUT_S):
+                self.protocol, out = await negotiate_outbound(stream, list(self.protocols))
+        except (ProtocolError, trio.TooSlowError) as exc:
+            self.close(f"no pubsub stream: {exc}")
+            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        self.ready.set()
+        self.on_ready(self)
+        try:
+            await self._writer(out)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self.close(f"pubsub stream broken: {exc}")
+
+    async def _inbound(self, stream: YamuxStream) -> None:
+        """A stream the remote opened: RPCs if it is a pubsub protocol."""
+        try:
+            with trio.fail_after(NEGOTIATE_TIMEOUT_S):
+                _, buffered = await negotiate_inbound(stream, set(self.protocols))
+        except (ProtocolError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.aclose()
+            return
+        await self.ready.wait()
+        try:
+            await self._reader(buffered)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        await stream.aclose()
+
+    async def _reader(self, stream: BufferedStream) -> None:
+        """Frames to the node until the stream ends; a malformed frame, or one
+        the node refuses (ValueError: undecodable RPC, oversized frame), drops
+        the peer."""
+        decoder = FrameDecoder(self.max_frame)
         count = 0
-        data = b""
+        data = stream.take_buffer()
         try:
             while True:
-                for frame in self.decoder.feed(data):
+                for frame in decoder.feed(data):
                     self.on_frame(self, frame)
                     count += 1
                     if count % FRAMES_PER_CHECKPOINT == 0:
                         await trio.lowlevel.checkpoint()
-                data = await self.stream.receive_some(READ_CHUNK)
+                data = await stream.receive_some()
                 if not data:
-                    self.close_reason = self.close_reason or "closed by peer"
+                    decoder.close()
                     return
-                self.bytes_in += len(data)
         except ValueError as exc:  # FrameError, WireError, PeerError
-            self.misbehaved = True
-            self.close_reason = f"dropped: {exc}"
+            self._drop(str(exc))
 
-    async def _writer(self) -> None:
+    async def _writer(self, stream: BufferedStream) -> None:
         while True:
             if self._held is None:
                 self._held = await self._recv.receive()
@@ -138,13 +200,8 @@ class PeerLink:
                 else:
                     self._held = nxt
                     break
-            data = b"".join(batch)
             self._writing = True
             try:
-                await self.stream.send_all(data)
+                await stream.send_all(b"".join(batch))
             finally:
                 self._writing = False
-            self.bytes_out += len(data)
-
-    def idle(self) -> bool:
-        return self.pending() == 0

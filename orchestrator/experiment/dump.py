@@ -149,6 +149,7 @@ def experiment_to_dict(
     if dur is not None:
         d["duration"] = _num(dur)
     d["linger"] = _num(exp.linger)
+    d["wire"] = {"security": exp.security, "authenticity": exp.authenticity, "message_id": exp.message_id}
     return d
 
 

@@ -94,6 +94,9 @@ class ResolvedExperiment:
     duration: float
     linger: float
     resources: Mapping[str, Any] = field(default_factory=dict)
+    security: str = "noise"  # noise | plaintext
+    authenticity: str = "strict"  # strict | author | anonymous
+    message_id: str = "from-seqno"  # from-seqno | first-8-bytes
     # (a, b) -> LinkParams for ANY pair, from the latency model; None: pairs
     # outside `links` get `default_link`. Not part of equality (it is a
     # function of the fields above and the seed).
@@ -151,6 +154,7 @@ class ResolvedExperiment:
             "expectations": [e.text for e in self.expectations],
             "duration": self.duration, "linger": self.linger,
             "resources": sorted((str(k), repr(v)) for k, v in self.resources.items()),
+            "wire": [self.security, self.authenticity, self.message_id],
         }
         text = json.dumps(doc, sort_keys=True, default=repr)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -103,7 +103,8 @@ class _Resolver:
             name=exp.name, source=exp.file, seed=seed, nodes=tuple(nodes), edges=tuple(edges),
             links=links, default_link=pair.default(), publishes=tuple(publishes), churn=tuple(churn),
             expectations=exp.expectations, duration=duration, linger=exp.linger,
-            resources=dict(exp.resources), pair_link=pair,
+            resources=dict(exp.resources), security=exp.security, authenticity=exp.authenticity,
+            message_id=exp.message_id, pair_link=pair,
         )
 
     # -- nodes, overlay, links

@@ -207,6 +207,11 @@ def experiment_json_schema() -> dict[str, Any]:
         "linger": {**TIME, "default": spec.DEFAULT_LINGER},
         "resources": resources,
         "variants": variants,
+        "wire": _obj({
+            "security": {"enum": list(spec.SECURITY), "default": spec.DEFAULT_WIRE["security"]},
+            "authenticity": {"enum": list(spec.AUTHENTICITY), "default": spec.DEFAULT_WIRE["authenticity"]},
+            "message_id": {"enum": list(spec.MESSAGE_IDS), "default": spec.DEFAULT_WIRE["message_id"]},
+        }),
     }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

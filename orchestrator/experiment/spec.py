@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node.engine.authenticity import MODES, STRICT, check_combination
 from node.engine.registry import ROUTERS
+from node.wire import FIRST_8_BYTES, FROM_SEQNO, MESSAGE_ID_FUNCTIONS
 from orchestrator.errors import InputError
 from orchestrator.experiment.model import ChurnVerb, Expectation, ResolvedExperiment
 from orchestrator.experiment.yamlsrc import Path_, Source, load_yaml, parse_yaml
@@ -65,8 +67,13 @@ DISTRIBUTIONS = ("exponential", "weibull")
 # The keys each mapping accepts (schema.py describes the same ones).
 TOP_KEYS = (
     "name", "description", "seed", "nodes", "groups", "overlay", "links", "workload",
-    "churn", "expectations", "duration", "linger", "resources", "variants",
+    "churn", "expectations", "duration", "linger", "resources", "variants", "wire",
 )
+WIRE_KEYS = ("security", "authenticity", "message_id")
+SECURITY = ("noise", "plaintext")
+AUTHENTICITY = MODES
+MESSAGE_IDS = MESSAGE_ID_FUNCTIONS
+DEFAULT_WIRE = {"security": "noise", "authenticity": STRICT, "message_id": FROM_SEQNO}
 GROUP_KEYS = ("name", "count", "router", "router_params", "topics", "prefix", "region", "uplink", "resources")
 RESOURCE_KEYS = ("memory", "cpus")
 OVERLAY_KEYS = ("type", "degree", "edges", "connected")
@@ -287,6 +294,9 @@ class Experiment:
     single_group_form: bool = False  # written as `nodes:` rather than `groups:`
     variant: str | None = None  # which of its file's variants this is (None: the file itself)
     variant_set: tuple[tuple[str, Experiment], ...] = field(default=(), compare=False, repr=False)
+    security: str = DEFAULT_WIRE["security"]
+    authenticity: str = DEFAULT_WIRE["authenticity"]
+    message_id: str = DEFAULT_WIRE["message_id"]
 
     @property
     def file(self) -> str:
@@ -529,6 +539,7 @@ class _Parser:
         expectations = self.expectations(top.get("expectations", []), ("expectations",))
         duration = self.time(top["duration"], ("duration",), positive=True) if "duration" in top else None
         linger = self.time(top.get("linger", DEFAULT_LINGER), ("linger",))
+        wire = self.wire(top.get("wire", {}), ("wire",), workloads)
         if duration is not None:
             self.check_within(duration, workloads, churn)
         if churn.steady is not None and churn.steady.until is None and duration is None:
@@ -543,11 +554,37 @@ class _Parser:
             name=name, description=description, seed=seed, groups=groups, overlay=overlay,
             links=links, workloads=workloads, churn=churn, expectations=expectations,
             duration=duration, linger=linger, resources=resources, source=self.src,
-            single_group_form="nodes" in top,
+            single_group_form="nodes" in top, **wire,
         )
         if "variants" in top:
             base = dataclasses.replace(base, variant_set=self.variants(top["variants"], base, raw_groups))
         return base
+
+    # -- the wire
+
+    def wire(self, value: Any, path: Path_, workloads: tuple[Workload, ...]) -> dict[str, str]:
+        """security, authenticity and message_id, defaults filled in; refuses
+        what no implementation could run."""
+        m = self.mapping(value, path, WIRE_KEYS)
+        out = dict(DEFAULT_WIRE)
+        for key, allowed in (("security", SECURITY), ("authenticity", AUTHENTICITY), ("message_id", MESSAGE_IDS)):
+            if key in m:
+                if m[key] not in allowed:
+                    raise self.err((*path, key), f"expected one of {', '.join(allowed)}, got {_describe(m[key])}")
+                out[key] = m[key]
+        try:
+            check_combination(out["authenticity"], out["message_id"])
+        except ValueError as exc:
+            raise self.err((*path, "message_id") if "message_id" in m else (*path, "authenticity"), str(exc)) from None
+        if out["message_id"] == FIRST_8_BYTES:
+            for w in workloads:
+                if w.size < 8:
+                    raise self.err(
+                        (*w.path, "size"),
+                        f"message_id first-8-bytes takes the id from the first 8 bytes of data: "
+                        f"messages need at least 8 bytes, got {w.size}",
+                    )
+        return out
 
     # -- variants
 

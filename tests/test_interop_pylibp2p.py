@@ -1,0 +1,228 @@
+"""Interop with py-libp2p 0.8.1: py-libp2p gossipsub hosts join a testbed of
+our routers on the process backend, over noise+yamux and plaintext+yamux.
+
+The hosts run in their own virtualenv (scripts/pylibp2p-venv.sh; py-libp2p
+needs protobuf<7) as scripts/pylibp2p/host.py, and dial our routers by the
+multiaddrs test-plans' identities give them. The test checks that messages
+published on either side reach every subscriber on both sides, that GRAFT,
+PRUNE, IHAVE and IWANT cross implementations (from our routers' traces), and
+that a py-libp2p host that disconnects leaves our routers' mesh and peers.
+
+Kept small for a shared 2-core machine: 4 routers and 2 hosts, with mesh
+degrees chosen so that both sides GRAFT each other and gossip (IHAVE/IWANT)
+carries part of the traffic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from node.engine.api import TraceType
+from node.identity import identity_for_index, peer_id_from_b58
+from node.runtime.client import ControlClient
+from node.tracefile import read_trace
+from orchestrator.experiment.model import LinkParams, NodeSpec, ResolvedExperiment
+from orchestrator.nodeconfigs import build_configs
+from orchestrator.process_backend import ProcessBackend
+from orchestrator.state import StateStore
+
+ROOT = Path(__file__).resolve().parent.parent
+PY_VENV = Path(os.environ.get("PYLIBP2P_VENV", ROOT / ".venv-pylibp2p"))
+PY = PY_VENV / "bin" / "python"
+HOST = ROOT / "scripts" / "pylibp2p" / "host.py"
+TOKEN = "interop"
+ROUTERS = 4
+TOPIC = "t"
+# The routers are a ring. n1..n3 want 3 mesh peers but have 2 router
+# neighbours, so they must GRAFT host A (index 4, dialling n1..n3), which wants
+# at most 1 and PRUNEs the surplus. n0 is content with its 2 ring neighbours
+# and host B (index 5, dialling only n0) wants no mesh at all: between n0 and
+# B messages can only travel as IHAVE then IWANT, both ways.
+RING = {"D": 3, "D_low": 3, "D_high": 4, "heartbeat_interval": 0.3}
+CONTENT = {"D": 2, "D_low": 2, "D_high": 2, "heartbeat_interval": 0.3}
+
+
+def _pylibp2p_missing() -> str | None:
+    if not PY.exists():
+        return f"no py-libp2p virtualenv at {PY_VENV} (make it with scripts/pylibp2p-venv.sh)"
+    probe = subprocess.run([str(PY), "-c", "import libp2p"], capture_output=True, text=True)
+    if probe.returncode:
+        return f"py-libp2p does not import in {PY_VENV}: {probe.stderr.strip().splitlines()[-1:]}"
+    return None
+
+
+MISSING = _pylibp2p_missing()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
+
+
+def _experiment() -> ResolvedExperiment:
+    names = [f"n{i}" for i in range(ROUTERS)]
+    nodes = tuple(NodeSpec(n, "default", "gossipsub", CONTENT if n == "n0" else RING, (TOPIC,), 100 + i)
+                  for i, n in enumerate(names))
+    edges = tuple((names[i], names[(i + 1) % ROUTERS]) for i in range(ROUTERS))
+    return ResolvedExperiment(
+        name="interop", source=__file__, seed=1, nodes=nodes, edges=edges, links={},
+        default_link=LinkParams(latency_ms=0.0), publishes=(), churn=(), expectations=(), duration=1.0, linger=0.0,
+    )
+
+
+class PyHost:
+    """One py-libp2p host process, driven by JSON lines."""
+
+    def __init__(self, index: int, port: int, security: str, dial: list[str], degree: int, log: Path) -> None:
+        self.peer_id = identity_for_index(index).peer_id
+        self.proc = subprocess.Popen(
+            [str(PY), str(HOST), "--index", str(index), "--port", str(port), "--security", security,
+             "--topic", TOPIC, "--degree", str(degree), "--degree-low", str(degree), "--degree-high", str(degree),
+             "--heartbeat", "0.3",
+             *[arg for addr in dial for arg in ("--dial", addr)]],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("wb"), text=True,
+        )
+        self.delivered: set[bytes] = set()
+        ready = self._next("ready")
+        assert ready["peer_id"] == identity_for_index(index).peer_id_b58
+
+    def _next(self, kind: str) -> dict:
+        while True:
+            line = self.proc.stdout.readline()
+            assert line, f"py-libp2p host exited ({self.proc.poll()})"
+            event = json.loads(line)
+            if event["event"] == "deliver":
+                self.delivered.add(peer_id_from_b58(event["from"]) + bytes.fromhex(event["seqno"]))
+            if event["event"] == kind:
+                return event
+
+    def call(self, cmd: str, reply: str, **args) -> dict:
+        self.proc.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
+        self.proc.stdin.flush()
+        return self._next(reply)
+
+    def publish(self, data: str) -> None:
+        self.call("publish", "published", data=data)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.write(json.dumps({"cmd": "stop"}) + "\n")
+            self.proc.stdin.flush()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("security", ["noise", "plaintext"])
+def test_pylibp2p_hosts_in_a_testbed_of_our_routers(tmp_path, monkeypatch, security):
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
+    store = StateStore(tmp_path / "state")
+    run_dir = tmp_path / "run"
+    for sub in ("traces", "node-logs"):
+        (run_dir / sub).mkdir(parents=True)
+    backend = ProcessBackend(f"interop-{security}", run_dir, store)
+    resolved = _experiment()
+    names = [n.name for n in resolved.nodes]
+    addresses = backend.prepare(names)
+    configs = {
+        name: dataclasses.replace(cfg, security=security)
+        for name, cfg in build_configs(resolved, addresses, backend.shaping_capabilities(), TOKEN, run_dir).items()
+    }
+    hosts: list[PyHost] = []
+    try:
+        for cfg in configs.values():
+            backend.start(cfg)
+        clients = {n: ControlClient(c.control_host, c.control_port, TOKEN) for n, c in configs.items()}
+        _wait(lambda: all(c.try_call("status") for c in clients.values()), 20, "our routers")
+        multiaddr = {n: f"/ip4/{c.listen_host}/tcp/{c.listen_port}/p2p/{c.identity.peer_id_b58}"
+                     for n, c in configs.items()}
+        hosts = [
+            PyHost(ROUTERS, _free_port(), security, [multiaddr[n] for n in ("n1", "n2", "n3")], 1,
+                   run_dir / "node-logs" / "host-a.log"),
+            PyHost(ROUTERS + 1, _free_port(), security, [multiaddr["n0"]], 0, run_dir / "node-logs" / "host-b.log"),
+        ]
+        py_ids = {h.peer_id for h in hosts}
+        py_labels = {identity_for_index(ROUTERS + i).peer_id_b58 for i in range(2)}
+
+        def meshed() -> bool:
+            statuses = [c.call("status") for c in clients.values()]
+            return all(st["mesh"].get(TOPIC) for st in statuses) and bool(hosts[0].call("mesh", "mesh")["peers"])
+
+        _wait(meshed, 20, "every router and host A to have a mesh")
+        assert py_labels <= {p for c in clients.values() for p in c.call("status")["peers"]}
+
+        # Publish on both sides; every subscriber on both sides gets every message.
+        ours: list[bytes] = []
+        for k in range(3):
+            ours.append(bytes.fromhex(clients["n1"].call("publish", topic=TOPIC, data=f"ours-{k}")["message_id"]))
+            hosts[k % 2].publish(f"py-{k}")
+            time.sleep(0.2)
+
+        def own(h: PyHost) -> set[bytes]:  # py-libp2p delivers its own messages to its subscription
+            h.call("mesh", "mesh")  # reads the deliveries printed so far
+            return {m for m in h.delivered if m.startswith(h.peer_id)}
+
+        _wait(lambda: len(own(hosts[0])) == 2 and len(own(hosts[1])) == 1, 10, "the hosts' own messages")
+        theirs = own(hosts[0]) | own(hosts[1])
+        published = set(ours) | theirs
+
+        def everyone_has_everything() -> bool:
+            py_ok = all(published - own(h) <= h.delivered for h in hosts)
+            counts = {n: c.call("status")["counters"]["delivered"] for n, c in clients.items()}
+            return py_ok and counts["n1"] >= 3 and all(v >= 6 for n, v in counts.items() if n != "n1")
+
+        _wait(everyone_has_everything, 30, "every message at every subscriber")
+
+        # A host that disconnects is pruned here.
+        hosts[0].stop()
+        gone = identity_for_index(ROUTERS).peer_id_b58
+        _wait(lambda: all(gone not in c.call("status")["peers"]
+                          and gone not in c.call("status")["mesh"].get(TOPIC, []) for c in clients.values()),
+              10, "the disconnected host to leave every mesh")
+    finally:
+        for h in hosts:
+            h.stop()
+        for name in names:
+            backend.stop(name)
+        ProcessBackend.cleanup(None, store)
+
+    control = {"graft": set(), "prune": set(), "ihave": set(), "iwant": set()}
+    delivered: dict[str, set[bytes]] = {}
+    for name in names:
+        delivered[name] = set()
+        for ev in read_trace(run_dir / "traces" / f"{name}.pb"):
+            if ev.type == TraceType.DELIVER_MESSAGE:
+                delivered[name].add(ev.deliverMessage.messageID)
+            for direction, field, peer in (("recv", "recvRPC", "receivedFrom"), ("send", "sendRPC", "sendTo")):
+                if ev.type == (TraceType.RECV_RPC if direction == "recv" else TraceType.SEND_RPC):
+                    rpc = getattr(ev, field)
+                    if getattr(rpc, peer) in py_ids:
+                        meta = rpc.meta.control
+                        for kind in control:
+                            if len(getattr(meta, kind)):
+                                control[kind].add(direction)
+    for name in names:
+        assert published - (set(ours) if name == "n1" else set()) <= delivered[name], name
+    assert control["graft"] == {"send", "recv"}, control
+    assert "recv" in control["prune"], control  # host A trimming its mesh
+    assert control["ihave"] == control["iwant"] == {"send", "recv"}, control
