@@ -157,6 +157,18 @@ def test_nodes_speak_noise_and_plaintext_and_know_peer_ids(tmp_path):
     trio.run(main)
 
 
+def test_shutdown_says_go_away(tmp_path):
+    async def main():
+        async with trio.open_nursery() as nursery:
+            async with running(make_cfg(tmp_path, "n0")) as (a,):
+                peer = await RawPeer.connect(a, nursery)
+                await wait_for(lambda: EVIL_ID in a.links)
+            assert await peer.closed_by_peer()
+            assert peer.conn.close_reason == "GoAway(0) from peer"
+
+    trio.run(main)
+
+
 def test_a_dial_to_the_wrong_peer_id_fails(tmp_path):
     async def main():
         async with running(make_cfg(tmp_path, "n0"), make_cfg(tmp_path, "n1")) as (a, b):

@@ -143,6 +143,12 @@ class MuxedConnection:
         self.wake_sender()
         return stream
 
+    def go_away(self) -> None:
+        """Tell the remote we are leaving (GoAway, normal): it opens no more
+        streams and closes the connection."""
+        self.session.go_away()
+        self.wake_sender()
+
     def close(self, reason: str) -> None:
         if not self.close_reason:
             self.close_reason = reason

@@ -66,6 +66,7 @@ log = logging.getLogger("node")
 
 LAG_WRITE_INTERVAL_S = 5.0
 DRAIN_TIMEOUT_S = 2.0
+GO_AWAY_TIMEOUT_S = 0.5
 CONNECT_ATTEMPTS = 5  # one-shot dials from the control endpoint
 
 
@@ -153,14 +154,21 @@ class Node:
                 self.request_shutdown()
 
     async def _leave_all(self) -> None:
-        """Graceful shutdown: LEAVE every topic (PRUNE to the mesh), then give
-        the queues a moment to drain through the shaper."""
+        """Graceful shutdown: LEAVE every topic (PRUNE to the mesh), give the
+        queues a moment to drain through the shaper, then say GoAway(normal)
+        on every connection."""
         for topic in sorted(self.topics):
             self.unsubscribe(topic)
         delays = [s.delay_ms + s.jitter_ms for s in self.cfg.shaping.values()]
         delays.append(self.cfg.default_shape.delay_ms + self.cfg.default_shape.jitter_ms)
         with trio.move_on_after(DRAIN_TIMEOUT_S + max(delays) / 1000):
             while any(not link.idle() for link in self.links.values()):
+                await trio.sleep(0.01)
+        conns = [link.conn for link in self.links.values()]
+        for conn in conns:
+            conn.go_away()
+        with trio.move_on_after(GO_AWAY_TIMEOUT_S):
+            while any(conn.session.pending_output() and not conn.closed for conn in conns):
                 await trio.sleep(0.01)
 
     async def _heartbeats(self) -> None:
