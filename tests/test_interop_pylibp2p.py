@@ -3,7 +3,9 @@ our routers on the process backend, over noise+yamux and plaintext+yamux.
 
 The hosts run in their own virtualenv (scripts/pylibp2p-venv.sh; py-libp2p
 needs protobuf<7) as scripts/pylibp2p/host.py, and dial our routers by the
-multiaddrs test-plans' identities give them. The test checks that messages
+multiaddrs test-plans' identities give them. Both sides sign and verify
+strictly (the hosts' --strict-signing, our default `authenticity: strict`).
+The test checks that messages
 published on either side reach every subscriber on both sides, that GRAFT,
 PRUNE, IHAVE and IWANT cross implementations (from our routers' traces), and
 that a py-libp2p host that disconnects leaves our routers' mesh and peers.
@@ -29,6 +31,7 @@ from node.identity import identity_for_index, peer_id_from_b58
 from node.runtime.client import ControlClient
 from node.tracefile import read_trace
 from orchestrator.experiment.model import LinkParams, NodeSpec, ResolvedExperiment
+from orchestrator.backend import BackendContext
 from orchestrator.nodeconfigs import build_configs
 from orchestrator.process_backend import ProcessBackend
 from orchestrator.state import StateStore
@@ -81,7 +84,7 @@ class PyHost:
         self.proc = subprocess.Popen(
             [str(PY), str(HOST), "--index", str(index), "--port", str(port), "--security", security,
              "--topic", TOPIC, "--degree", str(degree), "--degree-low", str(degree), "--degree-high", str(degree),
-             "--heartbeat", "0.3",
+             "--heartbeat", "0.3", "--strict-signing",
              *[arg for addr in dial for arg in ("--dial", addr)]],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("wb"), text=True,
         )
@@ -140,7 +143,7 @@ def test_pylibp2p_hosts_in_a_testbed_of_our_routers(tmp_path, monkeypatch, secur
     run_dir = tmp_path / "run"
     for sub in ("traces", "node-logs"):
         (run_dir / sub).mkdir(parents=True)
-    backend = ProcessBackend(f"interop-{security}", run_dir, store)
+    backend = ProcessBackend(BackendContext(f"interop-{security}", run_dir, store))
     resolved = _experiment()
     names = [n.name for n in resolved.nodes]
     addresses = backend.prepare(names)
