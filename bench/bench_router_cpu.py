@@ -71,7 +71,7 @@ def rss_bytes(pid: int) -> int:
 
 def statuses(ctl: Controller) -> dict[str, dict]:
     def one(name: str):
-        return name, ctl.client(name).try_call("status", timeout=10.0)
+        return name, ctl.backend.control_client(name).try_call("status", timeout=10.0)
 
     with ThreadPoolExecutor(8) as pool:
         got = dict(pool.map(one, ctl.nodes))
