@@ -378,7 +378,7 @@ class _Parser:
     # -- primitives
 
     def err(self, path: Path_, message: str, *, key: bool = False) -> InputError:
-        return self.src.error(path, message, key=key)
+        return self.src.error(path, message)
 
     def mapping(self, value: Any, path: Path_, keys: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
         if not isinstance(value, dict):
