@@ -18,16 +18,22 @@ only reachable nodes).
 from __future__ import annotations
 
 import bisect
-from collections import Counter
 import hashlib
 import heapq
 import random
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from orchestrator import graphs
+from orchestrator.experiment.activity import UNDO, Selector, TimelineEntry
 from orchestrator.experiment.model import ChurnAction, NodeSpec, Publish, ResolvedExperiment
-from orchestrator.experiment.spec import UNDO, Experiment, Selector, TimelineEntry, half_up
+from orchestrator.experiment.values import MAX_CHURN_ACTIONS, half_up
+from orchestrator.experiment.yamlsrc import format_path
 from orchestrator.links import Constant, PairLinks, Regions, Uniform
+
+if TYPE_CHECKING:  # a type only: experiment.py imports this module to run it
+    from orchestrator.experiment.experiment import Experiment
 
 MAX_OVERLAY_DRAWS = 100
 
@@ -105,12 +111,13 @@ class _Resolver:
             duration = exp.duration
         else:
             last = max([last_publish, *(c.at for c in churn)])
-            duration = max(round(last + exp.linger, 9), 1.0)
+            duration = max(round(last + (0.0 if exp.linger_auto else exp.linger), 9), 1.0)
         return ResolvedExperiment(
             name=exp.name, source=exp.file, seed=seed, nodes=tuple(nodes), edges=tuple(edges),
             links=links, default_link=pair.default(), publishes=tuple(publishes), churn=tuple(churn),
-            expectations=exp.expectations, duration=duration, linger=exp.linger,
-            resources=dict(exp.resources), pair_link=pair,
+            expectations=exp.expectations, duration=duration, linger=exp.linger, linger_auto=exp.linger_auto,
+            resources=exp.resource_defaults, security=exp.wire.security, authenticity=exp.wire.authenticity,
+            message_id=exp.wire.message_id, pair_link=pair,
         )
 
     # -- nodes, overlay, links
@@ -162,8 +169,9 @@ class _Resolver:
             model = Uniform(lat.min_ms, lat.max_ms, derive_seed(self.seed, "latency"))
         else:
             region_of = {n.name: n.region for n in nodes if n.region is not None}
-            values = list(lat.matrix.values())
-            model = Regions(dict(lat.matrix), region_of, round(sum(values) / len(values), 3))
+            matrix = lat.pairs()
+            values = list(matrix.values())
+            model = Regions(matrix, region_of, round(sum(values) / len(values), 3))
         return PairLinks(model, self.exp.links.jitter_ms, self.exp.links.loss)
 
     # -- churn
@@ -394,7 +402,10 @@ class _Resolver:
                 t = round(t + s.session.draw(nrng), 6)
                 if t >= until:
                     break
-                back = round(t + s.downtime.draw(nrng), 6)
+                back = round(t + s.downtime.draw(nrng), 6)  # type: ignore[union-attr]
+                if len(out) >= MAX_CHURN_ACTIONS:
+                    raise self.exp.error(s.path, f"steady churn would act more than {MAX_CHURN_ACTIONS} times; "
+                                         "lengthen the sessions or shorten the churn")
                 out.append(ChurnAction(at=t, action=s.action, nodes=(n,), source="churn.steady"))  # type: ignore[arg-type]
                 if back >= until:
                     out.append(ChurnAction(at=until, action=up_verb, nodes=(n,), source="churn.steady (end)"))  # type: ignore[arg-type]
@@ -473,8 +484,6 @@ def _short(names: list[str]) -> str:
 
 
 def _path_text(path: tuple) -> str:
-    from orchestrator.experiment.yamlsrc import format_path
-
     return format_path(path)
 
 

@@ -63,11 +63,12 @@ def format_path(path: Path_) -> str:
 
 @dataclass
 class Source:
-    """Where values came from: the file and each path's line (1-based). A path
-    is recorded only where its line differs from its parent's."""
+    """Where values came from: the file, each path's line (1-based; a path is
+    recorded only where its line differs from its parent's) and the document."""
 
     file: str
     lines: dict[Path_, int] = field(default_factory=dict)
+    document: Any = None
 
     def line(self, path: Path_) -> int:
         """The line of the value at `path`, or of its closest written parent."""
@@ -78,8 +79,27 @@ class Source:
             p = p[:-1]
         return self.lines.get((), 1)
 
+    def project(self, path: Path_) -> Path_:
+        """`path` as the file spells it: a step the document does not take is
+        left out, so a shorthand reads as written (a single workload is
+        `workload`, not `workload[0]`; `select: [a, b]` is `select[1]`, not
+        `select.nodes[1]`). Steps past what the file wrote are kept."""
+        out: list[str | int] = []
+        node = self.document
+        for part in path:
+            if node is None:
+                out.append(part)
+            elif isinstance(node, dict) and isinstance(part, str):
+                out.append(part)
+                node = node.get(part)
+            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                out.append(part)
+                node = node[part]
+        return tuple(out)
+
     def error(self, path: Path_, message: str) -> InputError:
-        return InputError(f"{self.file}:{self.line(path)}: {format_path(path)}: {message}")
+        where = self.project(path)
+        return InputError(f"{self.file}:{self.line(where)}: {format_path(where)}: {message}")
 
 
 def load_yaml(path: Path, display: str | None = None) -> tuple[Any, Source]:
