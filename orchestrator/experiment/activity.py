@@ -60,7 +60,7 @@ class Selector(Part):
 
     @model_validator(mode="after")
     def _rules(self) -> Selector:
-        written = self.written()
+        written = self.given()
         chosen = [k for k in ("nodes", "count", "percent", "all") if k in written]
         if len(chosen) > 1 or (not chosen and "group" not in written):
             raise v.problem(
@@ -113,7 +113,7 @@ class Workload(Part):
     def _rules(self) -> Workload:
         if self.messages > 1 and self.interval <= 0:
             raise v.problem(f"expected a time > 0, got {self.interval!r}", "interval")
-        if self.inject is not None and "order" in self.written():
+        if self.inject is not None and "order" in self.given():
             raise v.problem("'order' picks among publishers; injection draws its nodes at random", "order")
         if self.start + self.interval * max(self.messages - 1, 0) > v.MAX_SECONDS:
             raise v.problem(f"the last message would be after {v.MAX_SECONDS:g}s (one week)", "messages")
@@ -147,7 +147,7 @@ class TimelineEntry(Part):
 
     @model_validator(mode="after")
     def _rules(self) -> TimelineEntry:
-        written = self.written()
+        written = self.given()
         if "at" in written:
             for key in ("every", "from", "until"):
                 if key in written:

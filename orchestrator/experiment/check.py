@@ -360,7 +360,7 @@ class _Checker:
                 if part.router != router:
                     router, params, origins = part.router, {}, {}
                     params_path = (*lpath, "router_params")
-            if "router_params" in part.written():
+            if "router_params" in part.given():
                 touched = True
                 params_path = (*lpath, "router_params")
                 params.update(part.router_params or {})

@@ -56,13 +56,14 @@ class Part(BaseModel):
                 raise v.problem(f"unknown key; expected one of: {keys}", key)
         return value
 
-    def written(self) -> set[str]:
-        """The keys the file wrote (by their names in the file)."""
+    def given(self) -> set[str]:
+        """The keys the file gave a value (by their names in the file); `key:
+        null` is the same as leaving the key out."""
         fields = type(self).model_fields
-        return {fields[name].alias or name for name in self.model_fields_set}
+        return {fields[name].alias or name for name in self.model_fields_set if getattr(self, name) is not None}
 
     def only(self, allowed: tuple[str, ...], what: str) -> None:
-        for key in sorted(self.written()):
+        for key in sorted(self.given()):
             if key not in allowed:
                 raise v.problem(f"not used by {what} (it takes: {', '.join(allowed)})", key)
 
@@ -206,7 +207,7 @@ class Overlay(Part):
         self.only(takes, f"overlay type {self.type}")
         if self.type in ("random", "random_regular") and self.degree is None:
             raise v.problem(f"missing required key 'degree' for overlay type {self.type}")
-        if self.type == "explicit" and "edges" not in self.written():
+        if self.type == "explicit" and "edges" not in self.given():
             raise v.problem("missing required key 'edges' (a list of [a, b] node pairs)")
         return self
 
@@ -256,7 +257,7 @@ class Latency(Part):
         takes = {"constant": ("model", "ms"), "uniform": ("model", "min_ms", "max_ms"), "regions": ("model", "matrix")}[self.model]
         self.only(takes, f"latency model {self.model}")
         for key in takes:
-            if key not in self.written():
+            if key not in self.given():
                 raise v.problem(f"missing required key {key!r} for latency model {self.model}")
         if self.model == "uniform" and self.min_ms > self.max_ms:  # type: ignore[operator]
             raise v.problem(f"min_ms ({self.min_ms:g}) is larger than max_ms ({self.max_ms:g})", "min_ms")

@@ -25,8 +25,8 @@ from orchestrator.links import parse_rate
 MAX_NODES = 100_000  # nodes in one experiment
 MAX_EDGES = 2_000_000  # overlay edges (full or random overlays included)
 MAX_DEGREE = 1_000
-MAX_MESSAGES = 1_000_000  # workload messages, all workloads together
-MAX_CHURN_ACTIONS = 1_000_000  # resolved churn actions, timeline and steady together
+MAX_MESSAGES = 100_000  # workload messages per workload
+MAX_CHURN_ACTIONS = 100_000  # resolved churn actions, timeline and steady each
 MAX_SECONDS = 7 * 24 * 3600.0  # every time and duration: one week
 MAX_LATENCY_MS = 60_000.0  # one-way latency and jitter: one minute
 MAX_RATE_BPS = 100 * 10**9  # 100 gbit
