@@ -141,6 +141,13 @@ def parse_yaml(text: str, name: str) -> tuple[Any, Source]:
         while True:
             try:
                 event = loader.get_event()
+            except yaml.reader.ReaderError as exc:
+                line = text.count("\n", 0, exc.position) + 1
+                col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+                raise InputError(
+                    f"{name}:{line}:{col}: not valid YAML: character #x{exc.character:04x} is not allowed "
+                    "(control characters cannot appear in YAML)"
+                ) from None
             except yaml.MarkedYAMLError as exc:
                 mark = exc.problem_mark or exc.context_mark
                 line = mark.line + 1 if mark is not None else 1
