@@ -187,11 +187,12 @@ class _Checker:
         if ov.type != "explicit":
             return ov
         pairs: set[tuple[str, str]] = set()
+        known = self.name_set
         for i, (a, b) in enumerate(ov.edges):
-            p = (*ov.path, "edges", i)
-            self.node_ref(a, (*p, 0))
-            self.node_ref(b, (*p, 1))
-            if a == b:
+            if a == b or a not in known or b not in known:
+                p = (*ov.path, "edges", i)
+                self.node_ref(a, (*p, 0))
+                self.node_ref(b, (*p, 1))
                 raise self.err(p, f"a node cannot connect to itself ({a})")
             pairs.add((a, b) if a < b else (b, a))
         return ov.model_copy(update={"edges": tuple(sorted(pairs)), "connected": False})

@@ -188,6 +188,7 @@ class _Builder:
         self.documents = 0
         self.root: Any = None
         self.has_root = False
+        self.plain_tags: dict[str, str] = {}
 
     def fail(self, line: int, path: Path_, message: str) -> InputError:
         return InputError(f"{self.source.file}:{line}: {format_path(path)}: {message}")
@@ -198,19 +199,32 @@ class _Builder:
         return self.root
 
     def feed(self, event: yaml.Event, loader: Any) -> None:
+        kind = type(event)
         line = event.start_mark.line + 1
-        if isinstance(event, yaml.DocumentStartEvent):
+        if kind is yaml.ScalarEvent:
+            self.scalar(event, line, loader)  # type: ignore[arg-type]
+        elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+            self.start(event, line)  # type: ignore[arg-type]
+        elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
+            self.end()
+        elif kind is yaml.AliasEvent:
+            self.alias(event, line)  # type: ignore[arg-type]
+        elif kind is yaml.DocumentStartEvent:
             self.documents += 1
             if self.documents > 1:
                 raise InputError(f"{self.source.file}:{line}: expected one YAML document, found a second one ('---')")
-        elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            self.start(event, line)
-        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            self.end()
-        elif isinstance(event, yaml.ScalarEvent):
-            self.scalar(event, line, loader)
-        elif isinstance(event, yaml.AliasEvent):
-            self.alias(event, line)
+
+    def tag_of(self, event: yaml.ScalarEvent, loader: Any) -> str:
+        """The scalar's tag: written, or resolved from a plain scalar's text
+        (memoised: an experiment file repeats its node names many times)."""
+        if event.tag not in (None, "!"):
+            return event.tag
+        if not event.implicit[0]:
+            return _STR  # quoted, or the non-specific tag "!"
+        tag = self.plain_tags.get(event.value)
+        if tag is None:
+            tag = self.plain_tags[event.value] = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+        return tag
 
     # -- where the next value goes
 
@@ -306,8 +320,7 @@ class _Builder:
         self.add(value, 1, line)
 
     def key(self, top: _Frame, event: yaml.ScalarEvent, line: int, loader: Any) -> None:
-        tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
-        if tag == _MERGE and event.tag is None:
+        if event.tag is None and self.tag_of(event, loader) == _MERGE:
             if top.merged:
                 raise self.fail(line, (*top.path, "<<"), "duplicate merge key (<<); merge several mappings with <<: [*a, *b]")
             top.merge, top.key_line = True, line
@@ -322,10 +335,7 @@ class _Builder:
         self.record(child, line)
 
     def construct(self, event: yaml.ScalarEvent, line: int, path: Path_, loader: Any) -> Any:
-        if event.tag in (None, "!"):
-            tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
-        else:
-            tag = event.tag
+        tag = self.tag_of(event, loader)
         if tag not in _SCALAR_TAGS:
             raise self.fail(line, path, f"unsupported tag {tag!r}")
         if tag == _STR:
