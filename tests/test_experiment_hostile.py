@@ -10,6 +10,7 @@ script, so the exit status is the one a shell sees.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -358,3 +359,26 @@ def test_wire_and_linger_auto_resolve_onto_the_experiment():
     assert (r.security, r.authenticity, r.message_id) == ("plaintext", "anonymous", "first-8-bytes")
     assert r.linger_auto and r.linger == values.LINGER_AUTO_MAX
     assert r.end_time() == pytest.approx(2.0 + values.LINGER_AUTO_MAX)
+
+
+def test_independent_problems_are_listed_one_per_line(tmp_path):
+    path = tmp_path / "two.yaml"
+    path.write_text(BASE.replace("count: 10", "count: -3").replace("ms: 20", "ms: 20, jitter: 1"))
+    out = script(path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines[0] == f"error: {path}:3: nodes.count: expected a node count >= 1, got -3", lines
+    assert lines[1].startswith(f"{path}:8: links.latency.jitter: unknown key"), lines
+    assert len(lines) == 2
+
+
+def test_validate_shows_the_wire_and_linger(tmp_path, capsys):
+    path = tmp_path / "w.yaml"
+    path.write_text(BASE + "linger: auto\nwire: {security: plaintext}\n")
+    assert run_cli("validate", str(path), "--json") == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["wire"] == {"security": "plaintext", "authenticity": "strict", "message_id": "from-seqno"}
+    assert s["linger_auto"] is True and s["linger"] == values.LINGER_AUTO_MAX
+    assert run_cli("validate", str(path)) == 0
+    out = capsys.readouterr().out
+    assert "plaintext" in out and "linger auto" in out

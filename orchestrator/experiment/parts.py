@@ -34,7 +34,7 @@ LatencyModel = Literal["constant", "uniform", "regions"]
 
 
 class Part(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True, validate_by_alias=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
     _path: Path_ = PrivateAttr(default=())
 
     @property
@@ -52,7 +52,7 @@ class Part(BaseModel):
         if not isinstance(value, dict):
             raise v.problem(f"expected a mapping with keys from: {keys}; got {v.describe(value)}")
         for key in value:
-            if key not in cls.model_fields and key not in cls.keys():
+            if key not in cls.keys():
                 raise v.problem(f"unknown key; expected one of: {keys}", key)
         return value
 
