@@ -90,6 +90,18 @@ def test_testbed_schema_accepts_every_topology_and_refuses_a_typo():
             jsonschema.validate(broken, schema)
     assert schema["properties"]["nodes"]["anyOf"][0]["properties"]["count"]["maximum"] == 100_000
 
+    def patterns(node):
+        if isinstance(node, dict):
+            yield from ([node["pattern"]] if isinstance(node.get("pattern"), str) else [])
+            for x in node.values():
+                yield from patterns(x)
+        elif isinstance(node, list):
+            for x in node:
+                yield from patterns(x)
+
+    found = list(patterns(schema))
+    assert found and not [p for p in found if "?P<" in p]  # JSON Schema regexes have no Python named groups
+
 
 def test_model_link_without_pair_function_falls_back_to_default():
     r = load_experiment(ROOT / "topologies" / "ci-smoke.yaml").resolve()

@@ -29,7 +29,7 @@ def _linger(value: Any) -> float | str:
 Linger = Annotated[float | Literal["auto"], PlainValidator(_linger), WithJsonSchema({
     "description": "how long to keep running after the last message: a time, or 'auto' (until the network "
                    f"is quiet, at most {v.LINGER_AUTO_MAX:g} s)",
-    "anyOf": [{"type": "number", "minimum": 0, "maximum": v.MAX_SECONDS}, {"type": "string", "pattern": v.TIME_RE.pattern},
+    "anyOf": [{"type": "number", "minimum": 0, "maximum": v.MAX_SECONDS}, {"type": "string", "pattern": v.schema_pattern(v.TIME_RE)},
               {"const": "auto"}],
 })]
 Expectations = list[v.ExpectationText]  # type: ignore[valid-type]

@@ -42,12 +42,23 @@ TIME_RE = re.compile(r"^\s*(?P<num>\d+(\.\d*)?|\.\d+)\s*(?P<unit>ms|s|m|min|h)?\
 TIME_UNITS = {None: 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 SIZE_RE = re.compile(r"^\s*(?P<num>\d+)\s*(?P<unit>b|kb|kib|mb|mib)?\s*$", re.IGNORECASE)
 SIZE_UNITS = {None: 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 10**6, "mib": 2**20}
-MEMORY_RE = re.compile(r"^(?P<num>\d+(\.\d+)?)(?P<unit>[bkmg]?)$", re.IGNORECASE)
+MEMORY_RE = re.compile(r"^(?P<num>\d+(\.\d+)?)(?P<unit>[bkmgBKMG]?)$")
 MEMORY_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 METRIC_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 EXPECTATION_RE = re.compile(
     r"^\s*(?P<metric>\S+?)\s*(?P<op><=|>=|==|!=|<|>)\s*(?P<value>[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?)\s*$"
 )
+
+
+def schema_pattern(rx: re.Pattern[str]) -> str:
+    """`rx` for a JSON Schema: without Python's named groups, and with both
+    cases of each letter where `rx` ignores case (a JSON Schema regex has no
+    flags). Case-insensitive patterns here spell their letters outside
+    character classes."""
+    pattern = re.sub(r"\?P<\w+>", "", rx.pattern)
+    if rx.flags & re.IGNORECASE:
+        pattern = re.sub(r"(?<!\\)[a-z]", lambda m: f"[{m[0]}{m[0].upper()}]", pattern)
+    return pattern
 
 
 def problem(message: str, *at: str | int) -> PydanticCustomError:
@@ -148,7 +159,7 @@ _TIME_SCHEMA = {
     "description": f"seconds, or a string with a unit: '250ms', '2s', '1m', '1h'; at most {MAX_SECONDS:g} s",
     "anyOf": [
         {"type": "number", "minimum": 0, "maximum": MAX_SECONDS},
-        {"type": "string", "pattern": TIME_RE.pattern},
+        {"type": "string", "pattern": schema_pattern(TIME_RE)},
     ],
 }
 Time = Annotated[float, PlainValidator(seconds), WithJsonSchema(_TIME_SCHEMA)]
@@ -193,7 +204,7 @@ def _size(value: Any) -> int:
 
 Size = Annotated[int, PlainValidator(_size), WithJsonSchema({
     "description": f"bytes, or a string with a unit: '1KiB', '4kb'; 1 to {MAX_MESSAGE_SIZE}",
-    "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_MESSAGE_SIZE}, {"type": "string", "pattern": SIZE_RE.pattern}],
+    "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_MESSAGE_SIZE}, {"type": "string", "pattern": schema_pattern(SIZE_RE)}],
 })]
 
 
@@ -210,7 +221,7 @@ def _memory(value: Any) -> str:
 
 Memory = Annotated[str, PlainValidator(_memory), WithJsonSchema({
     "description": "container memory limit, docker style: '256m', '1g'; at most 1024g",
-    "anyOf": [{"type": "string", "pattern": MEMORY_RE.pattern}, {"type": "integer", "exclusiveMinimum": 0}],
+    "anyOf": [{"type": "string", "pattern": schema_pattern(MEMORY_RE)}, {"type": "integer", "exclusiveMinimum": 0}],
 })]
 
 
@@ -260,6 +271,6 @@ def _expectation(text: Any) -> Expectation:
 
 ExpectationText = Annotated[
     Expectation, PlainValidator(_expectation), PlainSerializer(lambda e: e.text, return_type=str),
-    WithJsonSchema({"type": "string", "pattern": EXPECTATION_RE.pattern,
+    WithJsonSchema({"type": "string", "pattern": schema_pattern(EXPECTATION_RE),
                     "description": "'<metric> <op> <number>', e.g. 'delivery_ratio >= 0.99'"}),
 ]
