@@ -23,7 +23,7 @@ import pytest
 
 from cli_helpers import run_cli
 from orchestrator.experiment import values
-from orchestrator.experiment.spec import load_experiment, parse_experiment
+from orchestrator.experiment.spec import load_experiment, parse_experiment, resolved_to_yaml
 from orchestrator.experiment.yamlsrc import MAX_FILE_BYTES
 
 TESTBED = Path(sys.executable).with_name("testbed")
@@ -359,6 +359,9 @@ def test_wire_and_linger_auto_resolve_onto_the_experiment():
     assert (r.security, r.authenticity, r.message_id) == ("plaintext", "anonymous", "first-8-bytes")
     assert r.linger_auto and r.linger == values.LINGER_AUTO_MAX
     assert r.end_time() == pytest.approx(2.0 + values.LINGER_AUTO_MAX)
+    exp = parse_experiment(text, "w.yaml")
+    again = parse_experiment(resolved_to_yaml(exp.resolve(), exp), "experiment.resolved.yaml").resolve()
+    assert again.digest() == exp.resolve().digest() and again.message_id == "first-8-bytes" and again.linger_auto
 
 
 def test_independent_problems_are_listed_one_per_line(tmp_path):

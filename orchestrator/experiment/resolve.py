@@ -274,7 +274,7 @@ class _Resolver:
                     raise exp.error(entry.path, f"{when}: cannot {entry.action} {n}: {why}")
         return ChurnAction(
             at=t, action=entry.action, nodes=tuple(chosen), topic=entry.topic,  # type: ignore[arg-type]
-            peers=peers, source=_path_text(entry.path),
+            peers=peers, source=format_path(entry.path),
         )
 
     def pick_peers(self, sel: Selector, chosen: list[str], rng: random.Random, when: str) -> tuple[str, ...]:
@@ -413,10 +413,6 @@ def _eligible_word(verb: str, topic: str | None) -> str:
 
 def _short(names: list[str]) -> str:
     return ", ".join(names) if len(names) <= 5 else f"{', '.join(names[:5])}, ... ({len(names)} nodes)"
-
-
-def _path_text(path: tuple) -> str:
-    return format_path(path)
 
 
 __all__ = ["resolve", "incarnation_seed"]
