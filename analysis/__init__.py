@@ -41,7 +41,8 @@ def run_analysis(
     """Analyse a run directory; returns the summary (also written to
     RUN_DIR/summary.json). Bad input raises InputError, no Java
     BackendUnavailable. `progress(stage, fraction_or_None)` reports stages."""
-    from analysis.ingest import ingest
+    from analysis.ingest import ingest, known_peer_ids
+    from analysis.integrity import killed_nodes, missing_files, trace_integrity
     from analysis.metrics import compute
     from analysis.spark import get_spark
 
@@ -55,7 +56,10 @@ def run_analysis(
     events_dir = run.metrics_dir / "_events"
     report("decoding traces", 0.0)
     ing = ingest(
-        run.traces, events_dir, progress=lambda d, n: report("decoding traces", d / n if n else 1.0)
+        run.traces,
+        events_dir,
+        progress=lambda d, n: report("decoding traces", d / n if n else 1.0),
+        known=known_peer_ids(run.topology_nodes()),
     )
     report("starting Spark", None)
     spark = get_spark(spark_master, small=ing.events < SMALL_RUN_EVENTS)
@@ -64,6 +68,8 @@ def run_analysis(
     finally:
         shutil.rmtree(events_dir, ignore_errors=True)
     summary["trace_files"] = ing.files
+    summary["trace_integrity"] = trace_integrity(ing.reports, killed_nodes(run))
+    summary["missing_files"] = missing_files(run)
     summary["analysis_wall_s"] = round(time.monotonic() - started, 3)
     expectations = run.expectations()
     if expectations:
