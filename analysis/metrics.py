@@ -215,7 +215,11 @@ def recovery_after_churn(
     return out
 
 
-# --------------------------------------------------------------------- the job
+# --------------------------------------------------------------------- the job's stages
+#
+# Each stage is a function from DataFrames to a DataFrame, named as
+# docs/metrics.md names the quantity. `compute` chains them, caches what
+# several stages read, and launches as few Spark jobs as it can.
 
 
 def _pct(values: list | None, i: int) -> float | None:
@@ -233,8 +237,21 @@ def _write_pandas(df: pd.DataFrame, path: Path) -> None:
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
 
 
-def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
-    """Driver-side facts, and the per-node trace aggregates (one Spark pass)."""
+def _write_spark(df, path: Path) -> pd.DataFrame:
+    """A table that grows with the messages: computed by Spark, brought to the
+    driver once as Arrow, written with pyarrow (no Spark write job and no
+    re-read), returned for the driver-side reductions."""
+    table = df.toArrow()
+    if path.is_dir():
+        import shutil
+
+        shutil.rmtree(path)
+    pq.write_table(table, path)
+    return table.to_pandas()
+
+
+def node_counts(E):
+    """Per node: event counts by type, RPC and control entry sums, first and last event."""
     from pyspark.sql import functions as F
 
     def cnt(t):
@@ -243,37 +260,41 @@ def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
     def s(t, col):
         return F.sum(F.when(F.col("type") == t, F.col(col)).otherwise(0))
 
-    per_node = (
-        E.groupBy("node")
-        .agg(
-            F.count(F.lit(1)).alias("events"),
-            F.min("ts").alias("first_ts"),
-            F.max("ts").alias("last_ts"),
-            cnt(PUBLISH).alias("published"),
-            cnt(DELIVER).alias("delivered"),
-            cnt(DUPLICATE).alias("duplicated"),
-            cnt(REJECT).alias("rejected"),
-            s(RECV_RPC, "n_msgs").alias("msgs_received"),
-            s(SEND_RPC, "n_msgs").alias("msgs_sent"),
-            cnt(SEND_RPC).alias("rpcs_sent"),
-            cnt(RECV_RPC).alias("rpcs_received"),
-            cnt(DROP_RPC).alias("rpcs_dropped"),
-            F.sum(F.when(F.col("type") == SEND_RPC, F.col("size"))).alias("bytes_sent"),
-            F.sum(F.when(F.col("type") == RECV_RPC, F.col("size"))).alias("bytes_received"),
-            F.sum(F.when(F.col("type") == DROP_RPC, F.col("size"))).alias("bytes_dropped"),
-            *[
-                s(t, f"n_{c}").alias(f"{c}_{d}")
-                for c in ("graft", "prune", "ihave", "iwant", "ihave_ids", "iwant_ids")
-                for t, d in ((SEND_RPC, "sent"), (RECV_RPC, "received"))
-            ],
-            s(DROP_RPC, "n_msgs").alias("msgs_dropped"),
-            cnt(GRAFT).alias("mesh_grafts"),
-            cnt(PRUNE).alias("mesh_prunes"),
-            cnt(ADD_PEER).alias("peers_added"),
-            cnt(REMOVE_PEER).alias("peers_removed"),
-        )
-        .toPandas()
+    return E.groupBy("node").agg(
+        F.count(F.lit(1)).alias("events"),
+        F.min("ts").alias("first_ts"),
+        F.max("ts").alias("last_ts"),
+        cnt(PUBLISH).alias("published"),
+        cnt(DELIVER).alias("delivered"),
+        cnt(DUPLICATE).alias("duplicated"),
+        cnt(REJECT).alias("rejected"),
+        s(RECV_RPC, "n_msgs").alias("msgs_received"),
+        s(SEND_RPC, "n_msgs").alias("msgs_sent"),
+        cnt(SEND_RPC).alias("rpcs_sent"),
+        cnt(RECV_RPC).alias("rpcs_received"),
+        cnt(DROP_RPC).alias("rpcs_dropped"),
+        F.sum(F.when(F.col("type") == SEND_RPC, F.col("size"))).alias("bytes_sent"),
+        F.sum(F.when(F.col("type") == RECV_RPC, F.col("size"))).alias("bytes_received"),
+        F.sum(F.when(F.col("type") == DROP_RPC, F.col("size"))).alias("bytes_dropped"),
+        *[
+            s(t, f"n_{c}").alias(f"{c}_{d}")
+            for c in ("graft", "prune", "ihave", "iwant", "ihave_ids", "iwant_ids")
+            for t, d in ((SEND_RPC, "sent"), (RECV_RPC, "received"))
+        ],
+        s(DROP_RPC, "n_msgs").alias("msgs_dropped"),
+        cnt(GRAFT).alias("mesh_grafts"),
+        cnt(PRUNE).alias("mesh_prunes"),
+        cnt(ADD_PEER).alias("peers_added"),
+        cnt(REMOVE_PEER).alias("peers_removed"),
     )
+
+
+def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
+    """Driver-side facts, and the per-node trace aggregates (one Spark pass
+    for the counts, one for the JOIN/LEAVE rows)."""
+    from pyspark.sql import functions as F
+
+    per_node = node_counts(E).toPandas()
     join_leave = [
         (r.node, int(r.type), int(r.ts), r.topic)
         for r in E.where(F.col("type").isin(JOIN, LEAVE))
@@ -311,7 +332,257 @@ def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
     return ctx, per_node
 
 
+def messages(spark, E, ctx: Context):
+    """Per message: first publish time, topic and publishers, from
+    PUBLISH_MESSAGE in the traces and, for messages no trace shows published,
+    the workload's publish entries in events.jsonl."""
+    from pyspark.sql import functions as F
+
+    M_trace = (
+        E.where(F.col("type") == PUBLISH)
+        .groupBy("msg")
+        .agg(
+            F.min("ts").alias("publish_ts"),
+            F.min("topic").alias("topic"),
+            F.array_sort(F.collect_set("node")).alias("publishers"),
+        )
+    )
+    if not ctx.publishes:
+        return M_trace
+    rows = []
+    for p in ctx.publishes:
+        pubs = [p["node"]] if p.get("node") else list(p.get("via") or [])
+        rows.append((str(p["message_id"]).lower(), int(p["t_ns"]), p.get("topic"), sorted(pubs)))
+    M_log = (
+        spark.createDataFrame(rows, "msg string, publish_ts long, topic string, publishers array<string>")
+        .groupBy("msg")
+        .agg(
+            F.min("publish_ts").alias("publish_ts"),
+            F.min("topic").alias("topic"),
+            F.array_sort(F.array_distinct(F.flatten(F.collect_list("publishers")))).alias("publishers"),
+        )
+    )
+    return M_trace.unionByName(M_log.join(M_trace.select("msg"), "msg", "left_anti"))
+
+
+def expected_recipients(M, S, Dn):
+    """(message, node) pairs: subscribed to its topic at its publish time,
+    up then, and not one of its publishers."""
+    from pyspark.sql import functions as F
+
+    X = (
+        M.join(S, (S.s_topic == M.topic) & (S.s_start <= M.publish_ts) & (M.publish_ts < S.s_end))
+        .where(~F.array_contains("publishers", F.col("s_node")))
+        .select("msg", "topic", "publish_ts", "publishers", F.col("s_node").alias("node"))
+        .dropDuplicates(["msg", "node"])
+    )
+    return X.join(Dn, (Dn.d_node == X.node) & (Dn.d_start <= X.publish_ts) & (X.publish_ts < Dn.d_end), "left_anti")
+
+
+def first_deliveries(E):
+    """Each node's first DELIVER_MESSAGE of each message."""
+    from pyspark.sql import functions as F
+
+    return E.where(F.col("type") == DELIVER).groupBy("msg", "node").agg(F.min("ts").alias("deliver_ts"))
+
+
+def deliveries(X, Dl):
+    """Expected recipients with their first delivery, if any, and latency."""
+    from pyspark.sql import functions as F
+
+    return (
+        X.join(Dl, ["msg", "node"], "left")
+        .withColumn("delivered", F.col("deliver_ts").isNotNull())
+        .withColumn("latency_ms", (F.col("deliver_ts") - F.col("publish_ts")) / 1e6)
+    )
+
+
+def lower_bound(spark, XD, edges: list[dict[str, Any]], sources: list[str]):
+    """Adds lower_bound_ms (shortest overlay path from the nearest publisher,
+    Dijkstra on the driver) and stretch (latency over that bound)."""
+    from pyspark.sql import functions as F
+
+    if edges:
+        dist = shortest_paths(edges, sources)
+        lb_rows = [(s, n, float(d)) for s, ds in dist.items() for n, d in ds.items()]
+        LB = spark.createDataFrame(lb_rows or [("", "", 0.0)], "lb_publisher string, lb_node string, lb_ms double")
+        lb = (
+            XD.select("msg", "node", F.explode("publishers").alias("lb_publisher"))
+            .join(F.broadcast(LB), ["lb_publisher"])
+            .where(F.col("lb_node") == F.col("node"))
+            .groupBy("msg", "node")
+            .agg(F.min("lb_ms").alias("lower_bound_ms"))
+        )
+        XD = XD.join(lb, ["msg", "node"], "left")
+    else:
+        XD = XD.withColumn("lower_bound_ms", F.lit(None).cast("double"))
+    return XD.withColumn(
+        "stretch",
+        F.when(F.col("delivered") & (F.col("lower_bound_ms") > 0), F.col("latency_ms") / F.col("lower_bound_ms")),
+    )
+
+
+def per_message(M, XD, E, t0: int):
+    """Per message: expected and delivered recipients, median and max
+    latency, duplicates, delivery ratio, publish time from t0."""
+    from pyspark.sql import functions as F
+
+    dups = E.where(F.col("type") == DUPLICATE).groupBy("msg").agg(F.count(F.lit(1)).alias("duplicates"))
+    agg = XD.groupBy("msg").agg(
+        F.count(F.lit(1)).alias("expected"),
+        F.sum(F.col("delivered").cast("int")).alias("delivered"),
+        F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
+        F.max("latency_ms").alias("latency_max_ms"),
+    )
+    return (
+        M.join(agg, "msg", "left")
+        .join(dups, "msg", "left")
+        .fillna(0, ["expected", "delivered", "duplicates"])
+        .withColumn("delivery_ratio", F.when(F.col("expected") > 0, F.col("delivered") / F.col("expected")))
+        .withColumn("publish_t_s", (F.col("publish_ts") - F.lit(t0)) / 1e9)
+    )
+
+
+def latency_distribution(XD):
+    """One row: delivered count, the CDF's percentiles, max, mean, stretch percentiles."""
+    from pyspark.sql import functions as F
+
+    pts = ", ".join(str(p) for p in CDF_POINTS)
+    return XD.where("delivered").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.expr(f"percentile(latency_ms, array({pts}))").alias("q"),
+        F.max("latency_ms").alias("max"),
+        F.avg("latency_ms").alias("mean"),
+        F.expr("percentile(stretch, array(0.5, 0.9, 0.99))").alias("stretch_q"),
+        F.count("stretch").alias("stretch_n"),
+    )
+
+
+def time_series_delivery(XD, t0: int):
+    """Per second of publish time: messages, expected, delivered, latency p50/p99."""
+    from pyspark.sql import functions as F
+
+    sec = F.floor((F.col("publish_ts") - F.lit(t0)) / NS).cast("long")
+    return (
+        XD.withColumn("t_s", sec)
+        .groupBy("t_s")
+        .agg(
+            F.countDistinct("msg").alias("messages"),
+            F.count(F.lit(1)).alias("expected"),
+            F.sum(F.col("delivered").cast("int")).alias("delivered"),
+            F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
+            F.expr("percentile(latency_ms, 0.99)").alias("latency_p99_ms"),
+        )
+        .withColumn("delivery_ratio", F.col("delivered") / F.col("expected"))
+        .orderBy("t_s")
+    )
+
+
+def time_series_control(E, t0: int):
+    """Per second of event time: what went on the wire and what was delivered."""
+    from pyspark.sql import functions as F
+
+    esec = F.floor((F.col("ts") - F.lit(t0)) / NS).cast("long")
+    send = F.col("type") == SEND_RPC
+    return (
+        E.where(F.col("type").isin(SEND_RPC, DELIVER, DUPLICATE, DROP_RPC))
+        .withColumn("t_s", esec)
+        .groupBy("t_s")
+        .agg(
+            F.sum(F.when(send, F.col("n_msgs")).otherwise(0)).alias("publish"),
+            F.sum(F.when(F.col("type") == DELIVER, 1).otherwise(0)).alias("deliver"),
+            F.sum(F.when(F.col("type") == DUPLICATE, 1).otherwise(0)).alias("duplicate"),
+            F.sum(F.when(send, F.col("n_graft")).otherwise(0)).alias("graft"),
+            F.sum(F.when(send, F.col("n_prune")).otherwise(0)).alias("prune"),
+            F.sum(F.when(send, F.col("n_ihave")).otherwise(0)).alias("ihave"),
+            F.sum(F.when(send, F.col("n_iwant")).otherwise(0)).alias("iwant"),
+            F.sum(F.when(send, 1).otherwise(0)).alias("rpcs"),
+            F.sum(F.when(send, F.col("size")).otherwise(0)).alias("bytes"),
+            F.sum(F.when(F.col("type") == DROP_RPC, 1).otherwise(0)).alias("dropped"),
+        )
+        .orderBy("t_s")
+    )
+
+
+def per_node_delivery(XD):
+    """Per node: messages it was expected to get, how many it got, median latency."""
+    from pyspark.sql import functions as F
+
+    return XD.groupBy("node").agg(
+        F.count(F.lit(1)).alias("expected"),
+        F.sum(F.col("delivered").cast("int")).alias("delivered_expected"),
+        F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
+    )
+
+
+def unexpected_deliveries(Dl, XD, M):
+    """First deliveries to a node that was not an expected recipient and is
+    not a publisher of the message (a publisher's own DELIVER, as go traces
+    it, is not a delivery to another subscriber)."""
+    from pyspark.sql import functions as F
+
+    return (
+        Dl.join(XD.select("msg", "node"), ["msg", "node"], "left_anti")
+        .join(M.select("msg", "publishers"), "msg", "left")
+        .where(F.col("publishers").isNull() | ~F.array_contains("publishers", F.col("node")))
+    )
+
+
+def unreceived_rpcs(E, Dn, traced: list[str], t_end: int):
+    """SEND_RPCs their receiver never recorded: per directed link the sends
+    beyond the receiver's RECV_RPC count, taken as the last ones (links
+    deliver in order). One row per such send with `in_flight`: the receiver
+    stayed up from the send to the end of the run, so the RPC was still on
+    its way when the traces ended rather than lost to churn. Only receivers
+    that wrote a trace count."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    sends = E.where((F.col("type") == SEND_RPC) & F.col("peer").isin(traced)).select(
+        F.col("node").alias("src"), F.col("peer").alias("dst"), "ts", "seq", "n_msgs"
+    )
+    recvs = (
+        E.where((F.col("type") == RECV_RPC) & F.col("peer").isNotNull())
+        .groupBy(F.col("peer").alias("src"), F.col("node").alias("dst"))
+        .agg(F.count(F.lit(1)).alias("received"))
+    )
+    w = Window.partitionBy("src", "dst").orderBy("ts", "seq")
+    unmatched = (
+        sends.withColumn("k", F.row_number().over(w))
+        .join(recvs, ["src", "dst"], "left")
+        .where(F.col("k") > F.coalesce(F.col("received"), F.lit(0)))
+    )
+    lost = unmatched.join(
+        Dn, (Dn.d_node == unmatched.dst) & (Dn.d_end > unmatched.ts) & (Dn.d_start <= F.lit(t_end)), "left_semi"
+    ).select("src", "dst", "ts", "seq", F.lit(True).alias("lost"))
+    return (
+        unmatched.join(lost, ["src", "dst", "ts", "seq"], "left")
+        .withColumn("in_flight", F.col("lost").isNull())
+        .select("src", "dst", "ts", "n_msgs", "in_flight")
+    )
+
+
+def messages_in_flight(XD, unreceived):
+    """Messages still propagating when the traces ended: some expected
+    recipient had not got it and was sent an RPC carrying messages, after its
+    publish, that was still in flight at the end."""
+    from pyspark.sql import functions as F
+
+    pending = XD.where(~F.col("delivered")).select("msg", "node", "publish_ts")
+    carriers = unreceived.where(F.col("in_flight") & (F.col("n_msgs") > 0)).select(
+        F.col("dst").alias("node"), F.col("ts").alias("send_ts")
+    )
+    return (
+        pending.join(carriers, "node")
+        .where(F.col("send_ts") >= F.col("publish_ts"))
+        .select("msg")
+        .distinct()
+    )
+
+
 def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, Any]:
+    """All the metrics of a run: writes RUN_DIR/metrics/*.parquet, returns the summary."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -321,20 +592,13 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
 
     out_dir = run.metrics_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    E = spark.read.parquet(str(events_dir))
+    E = spark.read.parquet(str(events_dir)).persist(StorageLevel.MEMORY_AND_DISK)
 
     step("per-node counts")
     ctx, per_node = build_context(spark, run, E)
     t0 = ctx.t0
     n_events = int(per_node["events"].sum()) if len(per_node) else 0
-    # whole-stage code generation pays off on big inputs; on small ones compiling
-    # the generated code costs more than it saves
-    # (and so does adaptive execution's re-planning at every stage boundary)
-    big = n_events >= CODEGEN_MIN_EVENTS
-    cores = spark.sparkContext.defaultParallelism or 2
-    spark.conf.set("spark.sql.codegen.wholeStage", "true" if big else "false")
-    spark.conf.set("spark.sql.adaptive.enabled", "true" if big else "false")
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(1, min(2 * cores, n_events // 250_000))))
+    _size_session(spark, n_events)
 
     sub_schema = T.StructType(
         [
@@ -354,146 +618,38 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     S = F.broadcast(spark.createDataFrame(ctx.subscriptions, sub_schema))
     Dn = F.broadcast(spark.createDataFrame(ctx.down, down_schema))
 
-    # ---- messages: first publish, publishers, topic
     step("messages and expected recipients")
-    M_trace = (
-        E.where(F.col("type") == PUBLISH)
-        .groupBy("msg")
-        .agg(
-            F.min("ts").alias("publish_ts"),
-            F.min("topic").alias("topic"),
-            F.array_sort(F.collect_set("node")).alias("publishers"),
-        )
-    )
-    if ctx.publishes:
-        rows = []
-        for p in ctx.publishes:
-            pubs = [p["node"]] if p.get("node") else list(p.get("via") or [])
-            rows.append((str(p["message_id"]).lower(), int(p["t_ns"]), p.get("topic"), sorted(pubs)))
-        M_log = spark.createDataFrame(
-            rows, "msg string, publish_ts long, topic string, publishers array<string>"
-        ).groupBy("msg").agg(
-            F.min("publish_ts").alias("publish_ts"),
-            F.min("topic").alias("topic"),
-            F.array_sort(F.array_distinct(F.flatten(F.collect_list("publishers")))).alias("publishers"),
-        )
-        M = M_trace.unionByName(M_log.join(M_trace.select("msg"), "msg", "left_anti"))
-    else:
-        M = M_trace
-    M = M.cache()
+    M = messages(spark, E, ctx).persist()
+    X = expected_recipients(M, S, Dn)
+    Dl = first_deliveries(E).persist()
 
-    # ---- expected recipients: subscribed at publish time, up, not a publisher
-    X = (
-        M.join(
-            S,
-            (S.s_topic == M.topic) & (S.s_start <= M.publish_ts) & (M.publish_ts < S.s_end),
-        )
-        .where(~F.array_contains("publishers", F.col("s_node")))
-        .select("msg", "topic", "publish_ts", "publishers", F.col("s_node").alias("node"))
-        .dropDuplicates(["msg", "node"])
-    )
-    X = X.join(
-        Dn, (Dn.d_node == X.node) & (Dn.d_start <= X.publish_ts) & (X.publish_ts < Dn.d_end), "left_anti"
-    )
-
-    # ---- deliveries: first DELIVER per (message, node)
-    Dl = E.where(F.col("type") == DELIVER).groupBy("msg", "node").agg(F.min("ts").alias("deliver_ts"))
-    dups = E.where(F.col("type") == DUPLICATE).groupBy("msg").agg(F.count(F.lit(1)).alias("duplicates"))
-
-    XD = (
-        X.join(Dl, ["msg", "node"], "left")
-        .withColumn("delivered", F.col("deliver_ts").isNotNull())
-        .withColumn("latency_ms", (F.col("deliver_ts") - F.col("publish_ts")) / 1e6)
-    )
-
-    # ---- lower bound over the overlay: Dijkstra per publisher on the driver
     step("lower bound (shortest paths)")
     edges = run.topology_edges()
-    has_lb = bool(edges)
-    if has_lb:
-        sources = sorted(
-            set(per_node.loc[per_node["published"] > 0, "node"].dropna())
-            | {p for e in ctx.publishes for p in ([e["node"]] if e.get("node") else e.get("via") or [])}
-        )
-        dist = shortest_paths(edges, sources)
-        lb_rows = [(s, n, float(d)) for s, ds in dist.items() for n, d in ds.items()]
-        LB = spark.createDataFrame(
-            lb_rows or [("", "", 0.0)], "lb_publisher string, lb_node string, lb_ms double"
-        )
-        lb = (
-            XD.select("msg", "node", F.explode("publishers").alias("lb_publisher"))
-            .join(F.broadcast(LB), ["lb_publisher"])
-            .where(F.col("lb_node") == F.col("node"))
-            .groupBy("msg", "node")
-            .agg(F.min("lb_ms").alias("lower_bound_ms"))
-        )
-        XD = XD.join(lb, ["msg", "node"], "left")
-    else:
-        XD = XD.withColumn("lower_bound_ms", F.lit(None).cast("double"))
-    XD = XD.withColumn(
-        "stretch",
-        F.when(
-            F.col("delivered") & (F.col("lower_bound_ms") > 0),
-            F.col("latency_ms") / F.col("lower_bound_ms"),
-        ),
+    sources = sorted(
+        set(per_node.loc[per_node["published"] > 0, "node"].dropna())
+        | {p for e in ctx.publishes for p in ([e["node"]] if e.get("node") else e.get("via") or [])}
     )
+    XD = lower_bound(spark, deliveries(X, Dl), edges, sources).persist(StorageLevel.MEMORY_AND_DISK)
+
     step("deliveries table")
-    deliveries_path = out_dir / "deliveries.parquet"
-    XD.select(
-        "msg", "topic", "node", "publish_ts", "deliver_ts", "delivered", "latency_ms", "lower_bound_ms", "stretch"
-    ).write.mode("overwrite").parquet(str(deliveries_path))
-    XD = spark.read.parquet(str(deliveries_path))
+    _write_spark(
+        XD.select(
+            "msg", "topic", "node", "publish_ts", "deliver_ts", "delivered", "latency_ms", "lower_bound_ms", "stretch"
+        ),
+        out_dir / "deliveries.parquet",
+    )
 
-    # ---- per message
     step("per-message metrics")
-    per_msg = (
-        XD.groupBy("msg")
-        .agg(
-            F.count(F.lit(1)).alias("expected"),
-            F.sum(F.col("delivered").cast("int")).alias("delivered"),
-            F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
-            F.max("latency_ms").alias("latency_max_ms"),
-        )
-    )
-    msgs = (
-        M.join(per_msg, "msg", "left")
-        .join(dups, "msg", "left")
-        .fillna(0, ["expected", "delivered", "duplicates"])
-        .withColumn(
-            "delivery_ratio",
-            F.when(F.col("expected") > 0, F.col("delivered") / F.col("expected")),
-        )
-        .withColumn("publish_t_s", (F.col("publish_ts") - F.lit(t0)) / 1e9)
-    )
-    messages_path = out_dir / "messages.parquet"
-    msgs.write.mode("overwrite").parquet(str(messages_path))
-    msgs = spark.read.parquet(str(messages_path))
+    msg_pd = _write_spark(per_message(M, XD, E, t0), out_dir / "messages.parquet")
+    unexpected = unexpected_deliveries(Dl, XD, M).count()
 
-    unexpected = Dl.join(XD.select("msg", "node"), ["msg", "node"], "left_anti").count()
-
-    # ---- overall latency, CDF and stretch
     step("latency distribution")
-    pts = ", ".join(str(p) for p in CDF_POINTS)
-    lat = (
-        XD.where("delivered")
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.expr(f"percentile(latency_ms, array({pts}))").alias("q"),
-            F.max("latency_ms").alias("max"),
-            F.avg("latency_ms").alias("mean"),
-            F.expr("percentile(stretch, array(0.5, 0.9, 0.99))").alias("stretch_q"),
-            F.count("stretch").alias("stretch_n"),
-        )
-        .collect()[0]
-    )
+    lat = latency_distribution(XD).collect()[0]
     qs = lat.q if lat.n else None
     cdf = pd.DataFrame(
         {"quantile": CDF_POINTS, "latency_ms": [float(v) for v in qs] if qs else [math.nan] * len(CDF_POINTS)}
     )
     _write_pandas(cdf if qs else cdf.iloc[0:0], out_dir / "latency_cdf.parquet")
-
-    # the per-message table is one row per message: reduce it on the driver
-    msg_pd = msgs.select("publish_ts", "expected", "delivered", "duplicates", "delivery_ratio").toPandas()
     with_exp = msg_pd[msg_pd["expected"] > 0]
     dup_hist = (
         msg_pd.groupby("duplicates").size().reset_index(name="messages").sort_values("duplicates")
@@ -502,98 +658,103 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     )
     _write_pandas(dup_hist, out_dir / "duplicates_hist.parquet")
 
-    # ---- time series (per second from t0)
     step("time series")
-    sec = F.floor((F.col("publish_ts") - F.lit(t0)) / NS).cast("long")
-    ts_msgs = (
-        XD.withColumn("t_s", sec)
-        .groupBy("t_s")
-        .agg(
-            F.countDistinct("msg").alias("messages"),
-            F.count(F.lit(1)).alias("expected"),
-            F.sum(F.col("delivered").cast("int")).alias("delivered"),
-            F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
-            F.expr("percentile(latency_ms, 0.99)").alias("latency_p99_ms"),
-        )
-        .withColumn("delivery_ratio", F.col("delivered") / F.col("expected"))
-        .orderBy("t_s")
-        .toPandas()
-    )
-    _write_pandas(ts_msgs, out_dir / "timeseries_delivery.parquet")
-    esec = F.floor((F.col("ts") - F.lit(t0)) / NS).cast("long")
-    send = F.col("type") == SEND_RPC
-    ts_ctl = (
-        E.where(F.col("type").isin(SEND_RPC, DELIVER, DUPLICATE, DROP_RPC))
-        .withColumn("t_s", esec)
-        .groupBy("t_s")
-        .agg(
-            F.sum(F.when(send, F.col("n_msgs")).otherwise(0)).alias("publish"),
-            F.sum(F.when(F.col("type") == DELIVER, 1).otherwise(0)).alias("deliver"),
-            F.sum(F.when(F.col("type") == DUPLICATE, 1).otherwise(0)).alias("duplicate"),
-            F.sum(F.when(send, F.col("n_graft")).otherwise(0)).alias("graft"),
-            F.sum(F.when(send, F.col("n_prune")).otherwise(0)).alias("prune"),
-            F.sum(F.when(send, F.col("n_ihave")).otherwise(0)).alias("ihave"),
-            F.sum(F.when(send, F.col("n_iwant")).otherwise(0)).alias("iwant"),
-            F.sum(F.when(send, 1).otherwise(0)).alias("rpcs"),
-            F.sum(F.when(send, F.col("size")).otherwise(0)).alias("bytes"),
-            F.sum(F.when(F.col("type") == DROP_RPC, 1).otherwise(0)).alias("dropped"),
-        )
-        .orderBy("t_s")
-        .toPandas()
-    )
-    _write_pandas(ts_ctl, out_dir / "timeseries_control.parquet")
+    _write_pandas(time_series_delivery(XD, t0).toPandas(), out_dir / "timeseries_delivery.parquet")
+    _write_pandas(time_series_control(E, t0).toPandas(), out_dir / "timeseries_control.parquet")
 
-    # ---- mesh degree over time
     step("mesh degree")
     mesh_samples, mesh_hist = _mesh_degree(spark, E, ctx, S, Dn)
     _write_pandas(mesh_samples, out_dir / "mesh_degree.parquet")
     _write_pandas(mesh_hist, out_dir / "mesh_degree_hist.parquet")
 
-    # ---- per node
     step("per-node load")
-    per_node_x = (
-        XD.groupBy("node")
-        .agg(
-            F.count(F.lit(1)).alias("expected"),
-            F.sum(F.col("delivered").cast("int")).alias("delivered_expected"),
-            F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
-        )
-        .toPandas()
-    )
     nodes_df = pd.DataFrame({"node": ctx.nodes})
     nodes_df = nodes_df.merge(per_node[per_node["node"].notna()], on="node", how="left").merge(
-        per_node_x, on="node", how="left"
+        per_node_delivery(XD).toPandas(), on="node", how="left"
     )
     count_cols = [c for c in nodes_df.columns if c not in ("node", "first_ts", "last_ts", "latency_p50_ms")]
     nodes_df[count_cols] = nodes_df[count_cols].fillna(0).astype("int64")
-    nodes_df["delivery_ratio"] = nodes_df["delivered_expected"] / nodes_df["expected"].where(
-        nodes_df["expected"] > 0
-    )
+    nodes_df["delivery_ratio"] = nodes_df["delivered_expected"] / nodes_df["expected"].where(nodes_df["expected"] > 0)
     has_sizes = bool(per_node["bytes_sent"].notna().any()) if len(per_node) else False
     _write_pandas(nodes_df, out_dir / "nodes.parquet")
 
+    step("messages in flight at the end")
+    traced = sorted(per_node["node"].dropna())
+    U = unreceived_rpcs(E, Dn, traced, ctx.t_end).persist()
+    u = U.agg(
+        F.count(F.lit(1)).alias("n"), F.sum(F.col("in_flight").cast("int")).alias("in_flight")
+    ).collect()[0]
+    in_flight_msgs = messages_in_flight(XD, U).count() if u.in_flight else 0
+
+    step("recovery after churn")
+    recovery = recovery_after_churn(msg_pd, ctx.churn, t0, ctx.t_end)
+    for df in (U, XD, Dl, M, E):
+        df.unpersist()
+
+    return summarize(
+        run, ctx, per_node, nodes_df, msg_pd, with_exp, lat, qs, mesh_samples, recovery,
+        unexpected=int(unexpected),
+        has_lb=bool(edges),
+        has_sizes=has_sizes,
+        in_flight={
+            "rpcs_unreceived": int(u.n),
+            "rpcs_in_flight_at_end": int(u.in_flight or 0),
+            "messages_propagating_at_end": int(in_flight_msgs),
+        },
+    )
+
+
+def _size_session(spark, n_events: int) -> None:
+    """Shuffle partitions sized to the data and the cores (about 250k events
+    each, at most two per core); whole-stage code generation only where it
+    pays off: on small inputs compiling the generated code costs more than it
+    saves, and so does adaptive execution's re-planning at every stage."""
+    cores = spark.sparkContext.defaultParallelism or 2
+    big = n_events >= CODEGEN_MIN_EVENTS
+    spark.conf.set("spark.sql.codegen.wholeStage", "true" if big else "false")
+    spark.conf.set("spark.sql.adaptive.enabled", "true" if big else "false")
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(1, min(2 * cores, n_events // 250_000))))
+
+
+def summarize(
+    run: RunDir,
+    ctx: Context,
+    per_node: pd.DataFrame,
+    nodes_df: pd.DataFrame,
+    msg_pd: pd.DataFrame,
+    with_exp: pd.DataFrame,
+    lat,
+    qs,
+    mesh_samples: pd.DataFrame,
+    recovery: list[dict[str, Any]],
+    unexpected: int,
+    has_lb: bool,
+    has_sizes: bool,
+    in_flight: dict[str, int],
+) -> dict[str, Any]:
+    """summary.json's figures from the stages' driver-side results."""
+    t0 = ctx.t0
+    n_events = int(per_node["events"].sum()) if len(per_node) else 0
     load_basis = "bytes_sent" if has_sizes else "rpcs_sent"
     load = nodes_df[load_basis].astype(float).tolist()
     mean_load = sum(load) / len(load) if load else 0.0
-
-    # ---- recovery after churn
-    step("recovery after churn")
-    recovery = recovery_after_churn(msg_pd, ctx.churn, t0, ctx.t_end)
-
-    # ---- summary
     delivered = int(msg_pd["delivered"].sum())
     expected = int(msg_pd["expected"].sum())
-    messages = len(msg_pd)
+    n_messages = len(msg_pd)
     duplicates = int(msg_pd["duplicates"].sum())
-    transmissions = int(per_node["msgs_sent"].sum()) if len(per_node) else 0
-    all_deliveries = delivered + int(unexpected)
+
+    def total(col: str) -> int:
+        return int(per_node[col].sum()) if len(per_node) else 0
+
+    transmissions = total("msgs_sent")
+    all_deliveries = delivered + unexpected
     control = {
         "publish": transmissions,
-        "deliver": int(per_node["delivered"].sum()) if len(per_node) else 0,
-        "graft": int(per_node["graft_sent"].sum()) if len(per_node) else 0,
-        "prune": int(per_node["prune_sent"].sum()) if len(per_node) else 0,
-        "ihave": int(per_node["ihave_sent"].sum()) if len(per_node) else 0,
-        "iwant": int(per_node["iwant_sent"].sum()) if len(per_node) else 0,
+        "deliver": total("delivered"),
+        "graft": total("graft_sent"),
+        "prune": total("prune_sent"),
+        "ihave": total("ihave_sent"),
+        "iwant": total("iwant_sent"),
     }
     latency = {
         "p50": _pct(qs, 50),
@@ -623,26 +784,23 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
         "backend": run.manifest.get("backend"),
         "nodes": len(ctx.nodes),
         "events": n_events,
-        "messages": messages,
+        "messages": n_messages,
         "expected_deliveries": expected,
         "deliveries": delivered,
-        "unexpected_deliveries": int(unexpected),
+        "unexpected_deliveries": unexpected,
+        "deliver_events": total("delivered"),
         "delivery_ratio": delivered / expected if expected else None,
         "messages_lost": int((with_exp["delivered"] == 0).sum()),
         "messages_complete": int((with_exp["delivered"] == with_exp["expected"]).sum()),
         "min_message_delivery_ratio": float(with_exp["delivery_ratio"].min()) if len(with_exp) else None,
         "latency_ms": latency,
         "duplicates": duplicates,
-        "duplicates_per_message": duplicates / messages if messages else None,
+        "duplicates_per_message": duplicates / n_messages if n_messages else None,
         "duplicates_per_delivery": duplicates / all_deliveries if all_deliveries else None,
         "transmissions": transmissions,
         "amplification": transmissions / all_deliveries if all_deliveries else None,
         "control": control,
-        "rpcs": {
-            "sent": int(per_node["rpcs_sent"].sum()) if len(per_node) else 0,
-            "received": int(per_node["rpcs_received"].sum()) if len(per_node) else 0,
-            "dropped": int(per_node["rpcs_dropped"].sum()) if len(per_node) else 0,
-        },
+        "rpcs": {"sent": total("rpcs_sent"), "received": total("rpcs_received"), "dropped": total("rpcs_dropped")},
         "bytes": {
             "sent": int(nodes_df["bytes_sent"].sum()) if has_sizes else None,
             "received": int(nodes_df["bytes_received"].sum()) if has_sizes else None,
@@ -659,6 +817,7 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
         "recovery": recovery,
         "recovery_max_s": recovery_max,
         "recovered_all": (all(r["recovered"] for r in rec_done) if rec_done else None),
+        "in_flight": in_flight,
         "t0_ns": t0,
         "duration_s": (ctx.t_end - t0) / NS if ctx.t_end > t0 else 0.0,
     }
@@ -684,6 +843,8 @@ def flat_aliases(summary: dict[str, Any]) -> dict[str, Any]:
     out["load_gini"] = summary["load"]["gini"]
     out["load_max_over_mean"] = summary["load"]["max_over_mean"]
     out["dropped_rpcs"] = summary["rpcs"]["dropped"]
+    for k, v in summary["in_flight"].items():
+        out[k] = v
     return out
 
 
