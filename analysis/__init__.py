@@ -37,6 +37,7 @@ def run_analysis(
     spark_master: str | None = None,
     traces: str | Path | None = None,
     progress: Progress | None = None,
+    spark_remote: str | None = None,
 ) -> dict[str, Any]:
     """Analyse a run directory; returns the summary (also written to
     RUN_DIR/summary.json). Bad input raises InputError, no Java
@@ -62,7 +63,7 @@ def run_analysis(
         known=known_peer_ids(run.topology_nodes()),
     )
     report("starting Spark", None)
-    spark = get_spark(spark_master, small=ing.events < SMALL_RUN_EVENTS)
+    spark = get_spark(spark_master, small=ing.events < SMALL_RUN_EVENTS, remote=spark_remote)
     try:
         summary = compute(spark, run, events_dir, progress=lambda stage: report(stage, None))
     finally:
@@ -98,7 +99,12 @@ def expectations_of(run_dir: str | Path) -> list[str]:
     return open_run_dir(run_dir).expectations()
 
 
-def write_report(run_dirs: list[str | Path], out_path: str | Path, spark_master: str | None = None) -> Path:
+def write_report(
+    run_dirs: list[str | Path],
+    out_path: str | Path,
+    spark_master: str | None = None,
+    spark_remote: str | None = None,
+) -> Path:
     """One self-contained HTML report for one or several runs; runs whose
     metrics are missing are analysed first."""
     from analysis.report import render_report
@@ -107,7 +113,7 @@ def write_report(run_dirs: list[str | Path], out_path: str | Path, spark_master:
     for rd in run_dirs:
         run = open_run_dir(rd)
         if not run.summary_path.is_file() or not (run.metrics_dir / "nodes.parquet").is_file():
-            run_analysis(rd, spark_master=spark_master)
+            run_analysis(rd, spark_master=spark_master, spark_remote=spark_remote)
         runs.append(run)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -663,7 +663,7 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     _write_pandas(time_series_control(E, t0).toPandas(), out_dir / "timeseries_control.parquet")
 
     step("mesh degree")
-    mesh_samples, mesh_hist = _mesh_degree(spark, E, ctx, S, Dn)
+    mesh_samples, mesh_hist = mesh_degree(E, ctx)
     _write_pandas(mesh_samples, out_dir / "mesh_degree.parquet")
     _write_pandas(mesh_hist, out_dir / "mesh_degree_hist.parquet")
 
@@ -709,7 +709,9 @@ def _size_session(spark, n_events: int) -> None:
     each, at most two per core); whole-stage code generation only where it
     pays off: on small inputs compiling the generated code costs more than it
     saves, and so does adaptive execution's re-planning at every stage."""
-    cores = spark.sparkContext.defaultParallelism or 2
+    from analysis.spark import parallelism
+
+    cores = parallelism(spark)
     big = n_events >= CODEGEN_MIN_EVENTS
     spark.conf.set("spark.sql.codegen.wholeStage", "true" if big else "false")
     spark.conf.set("spark.sql.adaptive.enabled", "true" if big else "false")
@@ -848,81 +850,99 @@ def flat_aliases(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _mesh_degree(spark, E, ctx: Context, S, Dn) -> tuple[pd.DataFrame, pd.DataFrame]:
+def mesh_degree(E, ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Each node's mesh per topic, rebuilt from its GRAFT/PRUNE events (peer
     added to / removed from the mesh), REMOVE_PEER (gone from every topic's
     mesh), LEAVE (mesh of that topic emptied) and node_down (all state lost),
-    sampled at t0 + k seconds while the node is up and subscribed."""
-    from pyspark.sql import Window
+    sampled at t0 + k seconds while the node is up and subscribed.
+
+    Its inputs grow with mesh changes and connections, not with messages, so
+    one Spark pass selects them and the driver replays them (numpy for the
+    per-second grid)."""
+    import numpy as np
     from pyspark.sql import functions as F
 
-    gp = E.where(F.col("type").isin(GRAFT, PRUNE)).select(
-        "node", "topic", "peer", "ts", "seq", F.when(F.col("type") == GRAFT, 1).otherwise(0).alias("state")
+    rows = (
+        E.where(F.col("type").isin(GRAFT, PRUNE, REMOVE_PEER, LEAVE))
+        .select("node", "type", "topic", "peer", "ts", "seq")
+        .toPandas()
     )
-    links = gp.select("node", "topic", "peer").distinct()
-    removed = (
-        E.where(F.col("type") == REMOVE_PEER)
-        .select("node", "peer", "ts", "seq")
-        .join(links, ["node", "peer"])
-        .select("node", "topic", "peer", "ts", "seq", F.lit(0).alias("state"))
-    )
-    left = (
-        E.where(F.col("type") == LEAVE)
-        .select("node", "topic", "ts", "seq")
-        .join(links, ["node", "topic"])
-        .select("node", "topic", "peer", "ts", "seq", F.lit(0).alias("state"))
-    )
-    parts = [gp, removed, left]
-    if ctx.resets:
-        R = spark.createDataFrame(ctx.resets, "node string, ts long")
-        parts.append(
-            R.join(links, ["node"]).select(
-                "node", "topic", "peer", "ts", F.lit(-1).cast("long").alias("seq"), F.lit(0).alias("state")
-            )
-        )
-    ev = parts[0]
-    for p in parts[1:]:
-        ev = ev.unionByName(p)
-    w = Window.partitionBy("node", "topic", "peer").orderBy("ts", "seq")
-    deltas = (
-        ev.withColumn("delta", F.col("state") - F.lag("state", 1, 0).over(w))
-        .where(F.col("delta") != 0)
-    )
-    w2 = Window.partitionBy("node", "topic").orderBy("ts", "seq", "peer").rowsBetween(
-        Window.unboundedPreceding, 0
-    )
-    # sample k covers events with ts <= t0 + k s
-    degree = deltas.withColumn("degree", F.sum("delta").over(w2)).withColumn(
-        "k", F.greatest(F.ceil((F.col("ts") - F.lit(ctx.t0)) / NS).cast("long"), F.lit(0).cast("long"))
-    )
-    wlast = Window.partitionBy("node", "topic", "k").orderBy(F.col("ts").desc(), F.col("seq").desc(), F.col("peer").desc())
-    last = degree.withColumn("rn", F.row_number().over(wlast)).where("rn = 1").select("node", "topic", "k", "degree")
+    # per mesh link (node, topic, peer): its state changes (ts, seq, state)
+    changes: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
+    for node, typ, topic, peer, ts, seq in rows[rows["type"].isin([GRAFT, PRUNE])].itertuples(index=False):
+        changes[(node, topic, peer)].append((int(ts), int(seq), 1 if typ == GRAFT else 0))
+    by_node_peer: dict[tuple, list] = defaultdict(list)
+    by_node_topic: dict[tuple, list] = defaultdict(list)
+    by_node: dict[str, list] = defaultdict(list)
+    for link in list(changes):
+        node, topic, peer = link
+        by_node_peer[(node, peer)].append(link)
+        by_node_topic[(node, topic)].append(link)
+        by_node[node].append(link)
+    for node, typ, topic, peer, ts, seq in rows[rows["type"].isin([REMOVE_PEER, LEAVE])].itertuples(index=False):
+        links = by_node_peer.get((node, peer), ()) if typ == REMOVE_PEER else by_node_topic.get((node, topic), ())
+        for link in links:
+            changes[link].append((int(ts), int(seq), 0))
+    for node, ts in ctx.resets:
+        for link in by_node.get(node, ()):
+            changes[link].append((int(ts), -1, 0))
+
+    def peer_key(peer):  # Spark orders nulls first
+        return (peer is not None, peer or "")
+
+    # per (node, topic): degree steps (ts, seq, peer, delta) in order, then the last degree per sample k
+    steps: dict[tuple, list[tuple]] = defaultdict(list)
+    for (node, topic, peer), evs in changes.items():
+        evs.sort()
+        state = 0
+        for ts, seq, new in evs:
+            if new != state:
+                steps[(node, topic)].append((ts, seq, peer_key(peer), new - state))
+                state = new
+    t0 = ctx.t0
     k_end = max(0, math.ceil((ctx.t_end - ctx.t0) / NS))
-    grid = (
-        S.select(F.col("s_node").alias("node"), F.col("s_topic").alias("topic"))
-        .distinct()
-        .crossJoin(spark.range(0, k_end + 1).withColumnRenamed("id", "k"))
-    )
-    wf = Window.partitionBy("node", "topic").orderBy("k").rowsBetween(Window.unboundedPreceding, 0)
-    filled = (
-        grid.join(last, ["node", "topic", "k"], "left")
-        .withColumn("degree", F.coalesce(F.last("degree", ignorenulls=True).over(wf), F.lit(0)))
-        .withColumn("sample_ts", F.lit(ctx.t0) + F.col("k") * NS)
-    )
-    # only while subscribed and up
-    sampled = filled.join(
-        S,
-        (S.s_node == filled.node)
-        & (S.s_topic == filled.topic)
-        & (S.s_start <= filled.sample_ts)
-        & (filled.sample_ts < S.s_end),
-        "left_semi",
-    ).join(
-        Dn, (Dn.d_node == filled.node) & (Dn.d_start <= filled.sample_ts) & (filled.sample_ts < Dn.d_end), "left_anti"
-    )
-    samples = sampled.select(F.col("k").alias("t_s"), "node", "topic", F.col("degree").cast("int")).orderBy(
-        "t_s", "node", "topic"
-    ).toPandas()
+    ks = np.arange(k_end + 1, dtype=np.int64)
+    sample_ts = t0 + ks * NS
+    subs: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+    for node, topic, start, end in ctx.subscriptions:
+        subs[(node, topic)].append((start, end))
+    downs: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for node, start, end in ctx.down:
+        downs[node].append((start, end))
+    frames = []
+    for (node, topic), intervals in sorted(subs.items()):
+        st = sorted(steps.get((node, topic), ()))
+        degree = np.zeros(len(ks), dtype=np.int64)
+        if st:
+            last_k: dict[int, int] = {}
+            level = 0
+            for ts, _seq, _peer, delta in st:
+                level += delta
+                last_k[max(math.ceil((ts - t0) / NS), 0)] = level
+            kk = np.array(sorted(last_k), dtype=np.int64)
+            vals = np.array([last_k[k] for k in kk], dtype=np.int64)
+            idx = np.searchsorted(kk, ks, side="right") - 1
+            degree = np.where(idx >= 0, vals[np.maximum(idx, 0)], 0)
+        keep = np.zeros(len(ks), dtype=bool)
+        for start, end in intervals:
+            keep |= (start <= sample_ts) & (sample_ts < end)
+        for start, end in downs.get(node, ()):
+            keep &= ~((start <= sample_ts) & (sample_ts < end))
+        if keep.any():
+            frames.append(pd.DataFrame({"t_s": ks[keep], "node": node, "topic": topic, "degree": degree[keep]}))
+    if frames:
+        samples = pd.concat(frames, ignore_index=True)
+        samples["degree"] = samples["degree"].astype("int32")
+        samples = samples.sort_values(["t_s", "node", "topic"], kind="stable").reset_index(drop=True)
+    else:
+        samples = pd.DataFrame(
+            {
+                "t_s": pd.Series([], dtype="int64"),
+                "node": pd.Series([], dtype="object"),
+                "topic": pd.Series([], dtype="object"),
+                "degree": pd.Series([], dtype="int32"),
+            }
+        )
     hist = (
         samples.groupby("degree").size().reset_index(name="samples")
         if len(samples)

@@ -25,6 +25,7 @@ COMMAND_MODULES: list[str] = [
     "cli.spec_cmd",
     "cli.sim_cmd",
     "cli.analysis_cmd",
+    "cli.spark_cmd",
 ]
 
 app = typer.Typer(
