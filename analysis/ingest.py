@@ -65,7 +65,7 @@ COLUMNS = [f.name for f in SCHEMA]
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
 
-def _base58(data: bytes) -> str:
+def base58_encode(data: bytes) -> str:
     n = int.from_bytes(data, "big")
     out = []
     while n:
@@ -106,7 +106,7 @@ class PeerNames:
                 if not name.isprintable():
                     raise ValueError
             except ValueError:
-                name = _base58(pid)
+                name = base58_encode(pid)
             self._cache[pid] = name
         return name
 
@@ -185,8 +185,9 @@ def _record_at(buf: bytes, pos: int, max_len: int):
 
 
 def _cut_record(buf: bytes, pos: int, max_len: int) -> bool:
-    """The bytes from `pos` to the end are the start of a record the file
-    was cut inside: a length header that runs past the end, or is itself cut."""
+    """The bytes from `pos` to the end (just after a whole record) are the
+    start of a record the file was cut inside: a length header that runs past
+    the end, or is itself cut."""
     head = _uvarint(buf, pos)
     if head is None:
         return len(buf) - pos < 10
@@ -219,7 +220,7 @@ def _pb_events(path: Path, tally: _Tally) -> Iterator:
             tally.records += 1
             yield ev
             continue
-        if _cut_record(buf, pos, MAX_TRACE_EVENT):
+        if tally.records and _cut_record(buf, pos, MAX_TRACE_EVENT):  # after a record, not in noise
             tally.truncated = True
             tally.bytes_skipped += len(buf) - pos
             return

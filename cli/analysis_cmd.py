@@ -174,9 +174,9 @@ def warn_about_run(summary: dict) -> bool:
     for missing in summary.get("missing_files") or []:
         err_console.print(f"[bold yellow]warning:[/] no {missing['file']}: {missing['affects']}")
     in_flight = summary.get("in_flight") or {}
-    if in_flight.get("rpcs_in_flight_at_end") or in_flight.get("messages_propagating_at_end"):
+    if in_flight.get("messages_propagating_at_end"):
         err_console.print(
-            f"[yellow]note:[/] the traces ended with {in_flight.get('rpcs_in_flight_at_end', 0)} RPCs in flight and "
+            f"[bold yellow]warning:[/] the traces ended with {in_flight.get('rpcs_in_flight_at_end', 0)} RPCs in flight and "
             f"{in_flight.get('messages_propagating_at_end', 0)} messages still propagating"
         )
     return bool(damaged)

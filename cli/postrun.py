@@ -63,23 +63,38 @@ def plan_runs(file: Path, seed: int | None, out_dir: Path | None, backend: str, 
     return Plan(runs, parent if len(runs) > 1 else None)
 
 
+def warm_up_analysis(spark_master: str | None = None) -> None:
+    """Start the analysis' Spark session in the background while the
+    experiment runs, unless a Connect server will serve it (issue 14)."""
+    from analysis.spark import start_in_background
+    from cli.spark_cmd import spark_endpoint
+
+    if spark_endpoint(spark_master, None) is None:
+        start_in_background(spark_master)
+
+
 def finish_runs(plan: Plan, as_json: bool = False, spark_master: str | None = None) -> None:
     """Analyse every run, write the reports, print the expectations; exit 1
-    if one failed."""
+    if one failed, or if a trace was damaged and the experiment asks for
+    `strict_traces`."""
     from analysis import run_analysis, write_report
+    from cli.spark_cmd import spark_endpoint
 
+    remote = spark_endpoint(spark_master, None)
     run_dirs = [r.run_dir for r in plan.runs]
+    damaged: list[str] = []
     results: dict[str, list[dict]] = {}
     reports: list[str] = []
     try:
         for run_dir in run_dirs:
             with err.status(f"analysing {run_dir} with Spark", spinner="dots"):
-                summary = run_analysis(run_dir, spark_master=spark_master)
-                reports.append(str(write_report([run_dir], run_dir / "report.html", spark_master=spark_master)))
+                summary = run_analysis(run_dir, spark_master=spark_master, spark_remote=remote)
+                reports.append(str(write_report([run_dir], run_dir / "report.html", spark_master, remote)))
             results[str(run_dir)] = summary.get("expectations", [])
+            damaged += (summary.get("trace_integrity") or {}).get("damaged_nodes") or []
         if plan.comparison_dir is not None:
             with err.status("writing the comparison report", spinner="dots"):
-                reports.append(str(write_report(run_dirs, plan.comparison_dir / "report.html", spark_master)))
+                reports.append(str(write_report(run_dirs, plan.comparison_dir / "report.html", spark_master, remote)))
     except BackendUnavailable as exc:
         if any(r.resolved.expectations for r in plan.runs):
             # An expectation that could not be checked must never read as a pass.
@@ -96,5 +111,9 @@ def finish_runs(plan: Plan, as_json: bool = False, spark_master: str | None = No
             for r in rs:
                 mark = "[green]PASS[/]" if r["passed"] else "[bold red]FAIL[/]"
                 out.print(f"  {mark} {r['expr']}: {r['message']}" + (f"  ({run_dir})" if len(results) > 1 else ""))
-    if failed:
+    # the experiment model may not define strict_traces yet: read it defensively
+    strict = any(getattr(r.resolved, "strict_traces", False) is True for r in plan.runs)
+    if damaged:
+        err.print(f"[bold yellow]warning:[/] damaged trace files from {', '.join(sorted(set(damaged)))}")
+    if failed or (strict and damaged):
         raise typer.Exit(1)

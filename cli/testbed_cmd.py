@@ -116,11 +116,13 @@ def run(
     and the experiment's expectations. A file with variants runs each of them,
     one after the other.
     """
-    from cli.postrun import finish_runs, plan_runs  # noqa: PLC0415
+    from cli.postrun import finish_runs, plan_runs, warm_up_analysis  # noqa: PLC0415
     from orchestrator.controller import run_experiment  # noqa: PLC0415
 
     backend_name = _backend(backend, as_json)
     plan = plan_runs(file, seed, out, backend_name, variant)
+    if report:
+        warm_up_analysis()
     results = []
     for planned in plan.runs:
         ctl = run_experiment(
