@@ -46,7 +46,7 @@ SCHEMA = pa.schema(
         ("type", pa.int8()),
         ("ts", pa.int64()),
         ("seq", pa.int64()),  # position in its trace file: orders events with equal timestamps
-        ("msg", pa.string()),  # lower-case hex message id (message events)
+        ("msg", pa.string()),  # lower-case hex message id (message events; an RPC's first message)
         ("topic", pa.string()),
         ("peer", pa.string()),  # receivedFrom / sendTo / added, removed, grafted, pruned peer
         ("size", pa.int64()),  # RPC bytes (gossip-testbed extension), null when absent
@@ -343,7 +343,8 @@ def decode_file(
             if sub.HasField("size"):
                 size = sub.size
             meta = sub.meta
-            a_nm.append(len(meta.messages))
+            carried = meta.messages
+            a_nm.append(len(carried))
             a_ns.append(len(meta.subscription))
             if meta.HasField("control"):
                 ctl = meta.control
@@ -361,7 +362,7 @@ def decode_file(
                 a_iwi.append(0)
                 a_g.append(0)
                 a_p.append(0)
-            a_msg.append(None)
+            a_msg.append(carried[0].messageID.hex() if carried else None)
             a_topic.append(None)
             a_peer.append(peer)
             a_size.append(size)

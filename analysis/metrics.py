@@ -539,7 +539,7 @@ def unreceived_rpcs(E, Dn, traced: list[str], t_end: int):
     from pyspark.sql import functions as F
 
     sends = E.where((F.col("type") == SEND_RPC) & F.col("peer").isin(traced)).select(
-        F.col("node").alias("src"), F.col("peer").alias("dst"), "ts", "seq", "n_msgs"
+        F.col("node").alias("src"), F.col("peer").alias("dst"), "ts", "seq", "msg"
     )
     recvs = (
         E.where((F.col("type") == RECV_RPC) & F.col("peer").isNotNull())
@@ -558,26 +558,21 @@ def unreceived_rpcs(E, Dn, traced: list[str], t_end: int):
     return (
         unmatched.join(lost, ["src", "dst", "ts", "seq"], "left")
         .withColumn("in_flight", F.col("lost").isNull())
-        .select("src", "dst", "ts", "n_msgs", "in_flight")
+        .select("src", "dst", "ts", "msg", "in_flight")
     )
 
 
 def messages_in_flight(XD, unreceived):
-    """Messages still propagating when the traces ended: some expected
-    recipient had not got it and was sent an RPC carrying messages, after its
-    publish, that was still in flight at the end."""
+    """Messages still propagating when the traces ended: an RPC carrying the
+    message (as its first message) to an expected recipient that had not got
+    it was still in flight at the end."""
     from pyspark.sql import functions as F
 
-    pending = XD.where(~F.col("delivered")).select("msg", "node", "publish_ts")
-    carriers = unreceived.where(F.col("in_flight") & (F.col("n_msgs") > 0)).select(
-        F.col("dst").alias("node"), F.col("ts").alias("send_ts")
+    pending = XD.where(~F.col("delivered")).select("msg", "node")
+    carriers = unreceived.where(F.col("in_flight") & F.col("msg").isNotNull()).select(
+        "msg", F.col("dst").alias("node")
     )
-    return (
-        pending.join(carriers, "node")
-        .where(F.col("send_ts") >= F.col("publish_ts"))
-        .select("msg")
-        .distinct()
-    )
+    return pending.join(carriers, ["msg", "node"], "left_semi").select("msg").distinct()
 
 
 def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, Any]:
