@@ -40,7 +40,9 @@ def run_analysis(
     spark_remote: str | None = None,
 ) -> dict[str, Any]:
     """Analyse a run directory; returns the summary (also written to
-    RUN_DIR/summary.json). Bad input raises InputError, no Java
+    RUN_DIR/summary.json). `spark_remote` (or $SPARK_REMOTE) names a Spark
+    Connect server, else a classic session starts (analysis/spark.py). Bad
+    input raises InputError; no Java, or no server at `spark_remote`,
     BackendUnavailable. `progress(stage, fraction_or_None)` reports stages."""
     from analysis.ingest import ingest, known_peer_ids
     from analysis.integrity import killed_nodes, missing_files, trace_integrity

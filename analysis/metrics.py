@@ -237,6 +237,20 @@ def _write_pandas(df: pd.DataFrame, path: Path) -> None:
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
 
 
+def local_frame(spark, rows: list[tuple], columns: list[tuple[str, str]]):
+    """A DataFrame of driver-side rows, handed over as Arrow: a list of
+    tuples would go through `parallelize` and start Python workers."""
+    pdf = pd.DataFrame(rows, columns=[name for name, _ in columns])
+    for name, kind in columns:
+        if kind == "long":
+            pdf[name] = pdf[name].astype("int64")
+        elif kind == "double":
+            pdf[name] = pdf[name].astype("float64")
+        else:
+            pdf[name] = pdf[name].astype("object")
+    return spark.createDataFrame(pdf, ", ".join(f"{name} {kind}" for name, kind in columns))
+
+
 def _write_spark(df, path: Path) -> pd.DataFrame:
     """A table that grows with the messages: computed by Spark, brought to the
     driver once as Arrow, written with pyarrow (no Spark write job and no
@@ -289,18 +303,27 @@ def node_counts(E):
     )
 
 
-def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
-    """Driver-side facts, and the per-node trace aggregates (one Spark pass
-    for the counts, one for the JOIN/LEAVE rows)."""
+def structure_events(E) -> pd.DataFrame:
+    """The events that shape subscriptions and meshes (JOIN, LEAVE, GRAFT,
+    PRUNE, REMOVE_PEER), in trace order: they grow with membership and mesh
+    churn, not with messages, so the driver takes them in one pass."""
     from pyspark.sql import functions as F
 
-    per_node = node_counts(E).toPandas()
-    join_leave = [
-        (r.node, int(r.type), int(r.ts), r.topic)
-        for r in E.where(F.col("type").isin(JOIN, LEAVE))
-        .select("node", "type", "ts", "seq", "topic")
+    return (
+        E.where(F.col("type").isin(JOIN, LEAVE, GRAFT, PRUNE, REMOVE_PEER))
+        .select("node", "type", "topic", "peer", "ts", "seq")
         .orderBy("node", "ts", "seq")
-        .collect()
+        .toPandas()
+    )
+
+
+def build_context(run: RunDir, per_node: pd.DataFrame, structure: pd.DataFrame) -> Context:
+    """Driver-side facts from the run directory, the per-node aggregates and
+    the structure events."""
+    jl = structure[structure["type"].isin([JOIN, LEAVE])]
+    join_leave = [
+        (node, int(typ), int(ts), topic)
+        for node, typ, ts, topic in jl[["node", "type", "ts", "topic"]].itertuples(index=False)
     ]
     topo_nodes = run.topology_nodes()
     topo_topics = {str(n["name"]): list(n.get("topics") or []) for n in topo_nodes if "name" in n}
@@ -319,7 +342,7 @@ def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
         t0 = starts[0] if starts else trace_t0
     ends = [e["t_ns"] for e in run.events if e.get("kind") == "run_end"]
     t_end = max([trace_end, *ends])
-    ctx = Context(
+    return Context(
         t0=int(t0),
         t_end=int(t_end),
         nodes=nodes,
@@ -329,7 +352,6 @@ def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
         churn=[e for e in run.events if e.get("kind") == "churn"],
         publishes=[e for e in run.events if e.get("kind") == "publish" and e.get("message_id")],
     )
-    return ctx, per_node
 
 
 def messages(spark, E, ctx: Context):
@@ -354,7 +376,10 @@ def messages(spark, E, ctx: Context):
         pubs = [p["node"]] if p.get("node") else list(p.get("via") or [])
         rows.append((str(p["message_id"]).lower(), int(p["t_ns"]), p.get("topic"), sorted(pubs)))
     M_log = (
-        spark.createDataFrame(rows, "msg string, publish_ts long, topic string, publishers array<string>")
+        local_frame(
+            spark, rows, [("msg", "string"), ("publish_ts", "long"), ("topic", "string"),
+                          ("publishers", "array<string>")]
+        )
         .groupBy("msg")
         .agg(
             F.min("publish_ts").alias("publish_ts"),
@@ -405,7 +430,9 @@ def lower_bound(spark, XD, edges: list[dict[str, Any]], sources: list[str]):
     if edges:
         dist = shortest_paths(edges, sources)
         lb_rows = [(s, n, float(d)) for s, ds in dist.items() for n, d in ds.items()]
-        LB = spark.createDataFrame(lb_rows or [("", "", 0.0)], "lb_publisher string, lb_node string, lb_ms double")
+        LB = local_frame(
+            spark, lb_rows or [("", "", 0.0)], [("lb_publisher", "string"), ("lb_node", "string"), ("lb_ms", "double")]
+        )
         lb = (
             XD.select("msg", "node", F.explode("publishers").alias("lb_publisher"))
             .join(F.broadcast(LB), ["lb_publisher"])
@@ -579,7 +606,6 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     """All the metrics of a run: writes RUN_DIR/metrics/*.parquet, returns the summary."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     def step(name: str) -> None:
         if progress:
@@ -590,28 +616,18 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     E = spark.read.parquet(str(events_dir)).persist(StorageLevel.MEMORY_AND_DISK)
 
     step("per-node counts")
-    ctx, per_node = build_context(spark, run, E)
+    per_node = node_counts(E).toPandas()
+    structure = structure_events(E)
+    ctx = build_context(run, per_node, structure)
     t0 = ctx.t0
     n_events = int(per_node["events"].sum()) if len(per_node) else 0
     _size_session(spark, n_events)
 
-    sub_schema = T.StructType(
-        [
-            T.StructField("s_node", T.StringType()),
-            T.StructField("s_topic", T.StringType()),
-            T.StructField("s_start", T.LongType()),
-            T.StructField("s_end", T.LongType()),
-        ]
+    S = F.broadcast(
+        local_frame(spark, ctx.subscriptions, [("s_node", "string"), ("s_topic", "string"), ("s_start", "long"),
+                                               ("s_end", "long")])
     )
-    down_schema = T.StructType(
-        [
-            T.StructField("d_node", T.StringType()),
-            T.StructField("d_start", T.LongType()),
-            T.StructField("d_end", T.LongType()),
-        ]
-    )
-    S = F.broadcast(spark.createDataFrame(ctx.subscriptions, sub_schema))
-    Dn = F.broadcast(spark.createDataFrame(ctx.down, down_schema))
+    Dn = F.broadcast(local_frame(spark, ctx.down, [("d_node", "string"), ("d_start", "long"), ("d_end", "long")]))
 
     step("messages and expected recipients")
     M = messages(spark, E, ctx).persist()
@@ -658,7 +674,7 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     _write_pandas(time_series_control(E, t0).toPandas(), out_dir / "timeseries_control.parquet")
 
     step("mesh degree")
-    mesh_samples, mesh_hist = mesh_degree(E, ctx)
+    mesh_samples, mesh_hist = mesh_degree(structure, ctx)
     _write_pandas(mesh_samples, out_dir / "mesh_degree.parquet")
     _write_pandas(mesh_hist, out_dir / "mesh_degree_hist.parquet")
 
@@ -845,23 +861,16 @@ def flat_aliases(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def mesh_degree(E, ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame]:
+def mesh_degree(rows: pd.DataFrame, ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Each node's mesh per topic, rebuilt from its GRAFT/PRUNE events (peer
     added to / removed from the mesh), REMOVE_PEER (gone from every topic's
     mesh), LEAVE (mesh of that topic emptied) and node_down (all state lost),
     sampled at t0 + k seconds while the node is up and subscribed.
 
-    Its inputs grow with mesh changes and connections, not with messages, so
-    one Spark pass selects them and the driver replays them (numpy for the
-    per-second grid)."""
+    `rows` are the structure events (structure_events); the driver replays
+    them, with numpy for the per-second grid."""
     import numpy as np
-    from pyspark.sql import functions as F
 
-    rows = (
-        E.where(F.col("type").isin(GRAFT, PRUNE, REMOVE_PEER, LEAVE))
-        .select("node", "type", "topic", "peer", "ts", "seq")
-        .toPandas()
-    )
     # per mesh link (node, topic, peer): its state changes (ts, seq, state)
     changes: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
     for node, typ, topic, peer, ts, seq in rows[rows["type"].isin([GRAFT, PRUNE])].itertuples(index=False):
