@@ -159,9 +159,37 @@ def get_spark(master: str | None = None, small: bool = False, remote: str | None
     return _classic(master, small)
 
 
+CONNECT_DEFAULT_PORT = 15002  # Spark Connect's default
+
+
+def _reachable(remote: str) -> bool:
+    """Whether anything listens at an sc://host[:port][/;params] URL: the
+    Connect client would otherwise retry for minutes before giving up."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(remote)
+        host, port = url.hostname, url.port or CONNECT_DEFAULT_PORT
+    except ValueError:
+        return False
+    if url.scheme != "sc" or not host:
+        return False
+    try:
+        with socket.create_connection((host, port), timeout=3.0):
+            return True
+    except OSError:
+        return False
+
+
 def _connect(remote: str):
     from pyspark.sql import SparkSession
 
+    if not _reachable(remote):
+        raise BackendUnavailable(
+            f"no Spark Connect server answers at {remote} (start one with `testbed spark start`, "
+            "or check --spark-remote / $SPARK_REMOTE)"
+        )
     try:
         return SparkSession.builder.remote(remote).getOrCreate()
     except Exception as exc:  # the client's dependencies missing, or a bad URL
