@@ -7,9 +7,13 @@ publish time (JOIN/LEAVE in the traces) that were up then (node_down/node_up
 in events.jsonl) and did not publish it; a delivery is a node's first
 DELIVER_MESSAGE of it; latency is first delivery minus first publish.
 
-Small inputs (subscription and up/down intervals, shortest-path distances)
-are computed on the driver and broadcast; everything that grows with the
-number of events or messages stays in Spark.
+The job is a chain of named stages, each a function returning a DataFrame
+(node_counts, messages, expected_recipients, deliveries, lower_bound,
+per_message, time series, per_node_delivery, in-flight RPCs), and
+`summarize`. Everything that grows with the number of events stays in Spark;
+small inputs (subscription and up/down intervals, shortest-path distances,
+the mesh-changing events) are handled on the driver, and the per-message and
+per-delivery tables come to the driver once, as Arrow, to be written.
 """
 
 from __future__ import annotations
