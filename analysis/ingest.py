@@ -30,6 +30,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from node.tracefile import MAX_TRACE_EVENT, PB
+
 
 PB_SUFFIXES = (".pb",)
 JSON_SUFFIXES = (".json", ".jsonl")
@@ -165,12 +167,14 @@ def _record_at(buf: bytes, pos: int, max_len: int):
     """The TraceEvent framed at `pos` and the position after it; None when
     the bytes there are not a well-formed record (a record has a known type
     and a timestamp, as every tracer writes them)."""
-    from node.tracefile import PB
-
-    head = _uvarint(buf, pos)
-    if head is None:
-        return None
-    length, start = head
+    first = buf[pos]
+    if first < 0x80:  # the common case: a record shorter than 128 bytes
+        length, start = first, pos + 1
+    else:
+        head = _uvarint(buf, pos)
+        if head is None:
+            return None
+        length, start = head
     end = start + length
     if length > max_len or end > len(buf):
         return None
@@ -179,7 +183,7 @@ def _record_at(buf: bytes, pos: int, max_len: int):
         ev.ParseFromString(buf[start:end])
     except Exception:  # protobuf's DecodeError and friends
         return None
-    if not (ev.HasField("type") and ev.HasField("timestamp") and ev.type in KNOWN_TYPES):
+    if ev.type not in KNOWN_TYPES or not (ev.HasField("timestamp") and ev.HasField("type")):
         return None
     return ev, end
 
@@ -209,8 +213,6 @@ def _resync(buf: bytes, pos: int, max_len: int) -> int:
 
 
 def _pb_events(path: Path, tally: _Tally) -> Iterator:
-    from node.tracefile import MAX_TRACE_EVENT
-
     buf = path.read_bytes()
     pos = 0
     while pos < len(buf):
@@ -232,8 +234,6 @@ def _pb_events(path: Path, tally: _Tally) -> Iterator:
 
 def _json_events(path: Path, tally: _Tally) -> Iterator:
     from google.protobuf import json_format
-
-    from node.tracefile import PB
 
     data = path.read_bytes()
     lines = data.split(b"\n")
