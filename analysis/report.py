@@ -377,6 +377,9 @@ SUMMARY_ROWS = [
     ("RPCs sent", "rpcs_sent"), ("RPCs dropped", "rpcs_dropped"), ("bytes sent", "bytes_sent"),
     ("load Gini", "load_gini"), ("load max/mean", "load_max_over_mean"),
     ("mesh degree mean", "mesh_degree_mean"), ("recovery after churn, max (s)", "recovery_max_s"),
+    ("DELIVER events (raw, as go's tracestat)", "deliver_events"),
+    ("RPCs in flight at the end", "rpcs_in_flight_at_end"),
+    ("messages propagating at the end", "messages_propagating_at_end"),
 ]
 
 

@@ -59,6 +59,12 @@ def summary_table(summary: dict) -> Table:
         ("load gini / max-over-mean",
          f"{_fmt(summary.get('load_gini'))} / {_fmt(summary.get('load_max_over_mean'))}"),
         ("recovery after churn (max s)", summary.get("recovery_max_s")),
+        ("DELIVER events (raw, as go's tracestat)", summary.get("deliver_events")),
+        ("RPCs in flight / messages propagating at the end",
+         f"{_fmt((summary.get('in_flight') or {}).get('rpcs_in_flight_at_end'))} / "
+         f"{_fmt((summary.get('in_flight') or {}).get('messages_propagating_at_end'))}"),
+        ("damaged trace files",
+         ", ".join((summary.get("trace_integrity") or {}).get("damaged_nodes") or []) or "none"),
     ]
     for name, value in rows:
         t.add_row(name, value if isinstance(value, str) else _fmt(value))
