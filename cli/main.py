@@ -26,6 +26,7 @@ COMMAND_MODULES: list[str] = [
     "cli.sim_cmd",
     "cli.analysis_cmd",
     "cli.doctor_cmd",
+    "cli.spark_cmd",
 ]
 
 app = typer.Typer(

@@ -26,7 +26,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.postrun import finish_runs, plan_runs, print_outcome
+from cli.postrun import finish_runs, plan_runs, print_outcome, warm_up_analysis
 from orchestrator.backends import BACKENDS, default_backend
 from orchestrator.errors import InputError
 from orchestrator.lifecycle import Verb, why_not
@@ -129,6 +129,8 @@ def run(
 
     backend_name = _backend(backend, as_json)
     plan = plan_runs(file, seed, out, backend_name, variant)
+    if report:
+        warm_up_analysis()
     results = []
     for planned in plan.runs:
         ctl = run_experiment(

@@ -88,6 +88,7 @@ class _Checker:
             name=doc.name or _safe_name(default_name), description=doc.description or "", seed=doc.seed,
             groups=self.groups, overlay=overlay, links=links, workloads=workloads, churn=churn,
             expectations=tuple(doc.expectations), duration=doc.duration, linger=linger, linger_auto=linger_auto,
+            strict_traces=doc.strict_traces,
             wire=doc.wire, resources=doc.resources, source=self.src, single_group_form=doc.nodes is not None,
         )
         if doc.variants is not None:

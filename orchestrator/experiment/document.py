@@ -83,6 +83,7 @@ class ExperimentFile(Part):
     expectations: Expectations = []
     duration: v.PositiveTime | None = Field(None, description="default: the last message or churn action plus linger")
     linger: Linger = DEFAULT_LINGER
+    strict_traces: bool = Field(False, description="a cut or corrupt trace file fails the run (exit 1), as analyze --strict")
     resources: Resources | None = Field(None, description="defaults for every group's resources")
     wire: Wire = Field(default_factory=Wire)
     variants: dict[VariantName, Variant | None] | None = Field(

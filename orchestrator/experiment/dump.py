@@ -56,6 +56,8 @@ def experiment_to_dict(exp: Experiment, resolved: ResolvedExperiment) -> dict[st
         d["expectations"] = [e.text for e in exp.expectations]
     d["duration"] = resolved.duration
     d["linger"] = "auto" if exp.linger_auto else exp.linger
+    if exp.strict_traces:
+        d["strict_traces"] = True
     d["wire"] = exp.wire.dump()
     return d
 

@@ -42,6 +42,7 @@ class Experiment:
     duration: float | None
     linger: float  # the bound when linger_auto
     linger_auto: bool
+    strict_traces: bool
     wire: Wire
     resources: Resources | None
     source: Source = field(compare=False, repr=False)

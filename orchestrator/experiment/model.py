@@ -97,6 +97,7 @@ class ResolvedExperiment:
     # `linger: auto`: stop as soon as the network is quiet after the last
     # message, but no later than `linger` seconds after it.
     linger_auto: bool = False
+    strict_traces: bool = False  # a damaged trace file fails the run (analyze --strict)
     # the wire (docs/experiment-files.md, "Wire"): secure channel, message
     # signing policy and how message ids are computed
     security: str = "noise"  # noise | plaintext
@@ -158,6 +159,7 @@ class ResolvedExperiment:
             "churn": [[c.at, c.action, list(c.nodes), c.topic, list(c.peers), c.source] for c in self.churn],
             "expectations": [e.text for e in self.expectations],
             "duration": self.duration, "linger": self.linger, "linger_auto": self.linger_auto,
+            "strict_traces": self.strict_traces,
             "wire": [self.security, self.authenticity, self.message_id],
             "resources": sorted((str(k), repr(v)) for k, v in self.resources.items()),
         }
