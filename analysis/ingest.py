@@ -30,8 +30,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-<<<<<<< HEAD
-from node.errors import InputError
 from node.trace_vocab import (
     ADD_PEER,
     DELIVER,
@@ -39,6 +37,7 @@ from node.trace_vocab import (
     DUPLICATE,
     GRAFT,
     JOIN,
+    KNOWN_TYPES,
     LEAVE,
     PRUNE,
     PUBLISH,
@@ -47,10 +46,8 @@ from node.trace_vocab import (
     REMOVE_PEER,
     SEND_RPC,
 )
-=======
 from node.tracefile import MAX_TRACE_EVENT, PB
 
->>>>>>> analysis
 
 PB_SUFFIXES = (".pb",)
 JSON_SUFFIXES = (".json", ".jsonl")
@@ -58,8 +55,6 @@ ROW_GROUP = 500_000
 # Below this many bytes of traces, decoding in the calling process beats
 # starting a pool.
 POOL_THRESHOLD_BYTES = 8 << 20
-# TraceEvent types of go-libp2p-pubsub's trace.proto (PUBLISH_MESSAGE .. PRUNE)
-KNOWN_TYPES = frozenset(range(13))
 
 SCHEMA = pa.schema(
     [
@@ -322,7 +317,7 @@ def decode_file(
     zeros = (a_nm, a_ns, a_ih, a_ihi, a_iw, a_iwi, a_g, a_p)
 
     def flush() -> None:
-        nonlocal writer, cols, c
+        nonlocal writer
         if writer is None:
             writer = pq.ParquetWriter(out_path, SCHEMA, compression="snappy")
         writer.write_table(cols.table(), row_group_size=ROW_GROUP)
