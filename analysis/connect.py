@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from analysis.spark import default_master, java_available, session_conf
-from orchestrator.errors import BackendUnavailable, InputError
+from node.errors import BackendUnavailable, InputError
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STATE_FILE = "spark-connect.json"
