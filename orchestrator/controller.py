@@ -37,7 +37,7 @@ from node.config import NodeConfig
 from node.runtime.client import ControlClient, ControlError
 from orchestrator.backend import Backend, ShapingCapabilities
 from orchestrator.backends import BACKENDS, backend_class, backend_exists
-from orchestrator.errors import BackendUnavailable, InputError, TestbedError
+from orchestrator.errors import BackendUnavailable, InputError, TeardownIncomplete, TestbedError
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
 from orchestrator.nodeconfigs import build_configs, kernel_shape
@@ -570,14 +570,21 @@ class Controller:
             with ThreadPoolExecutor(max_workers=16) as pool:
                 for _ in pool.map(self._stop_quietly, self.nodes):
                     advance(1)
+            incomplete: TeardownIncomplete | None = None
             try:
-                self.backend.collect_traces()
-            finally:
-                self.backend.destroy()
-        lines = type(self.backend).cleanup(self.testbed)
+                try:
+                    self.backend.collect_traces()
+                finally:
+                    self.backend.destroy()
+                lines = type(self.backend).cleanup(self.testbed)
+            except TeardownIncomplete as exc:  # the run directory is finished all the same
+                incomplete, lines = exc, exc.removed
+                self._warn(str(exc))
         self._check_traces()
         self.write_manifest(final=True, lags=lags)
         self.writer.close()
+        if incomplete is not None:
+            raise incomplete  # the record stays: a later `testbed down` retries
         self.store.remove(self.testbed)
         return lines
 
@@ -652,6 +659,8 @@ def down_testbed(testbed: str, store: StateStore | None = None, reporter: Report
         try:
             ctl = Controller.attach(testbed, store, reporter)
             lines += ctl.down()
+        except TeardownIncomplete:
+            raise  # already tried everything; the record stays
         except TestbedError as exc:
             lines.append(f"{testbed}: graceful stop failed ({exc}); cleaning up")
     backend_names = [record.get("backend")] if record and record.get("backend") in BACKENDS else list(BACKENDS)
@@ -667,10 +676,18 @@ def down_testbed(testbed: str, store: StateStore | None = None, reporter: Report
 
 
 def down_all(store: StateStore | None = None, reporter: Reporter | None = None) -> list[str]:
+    """Every testbed of this state directory, then whatever its labels say
+    a killed CLI left; one testbed that cannot be removed does not stop the
+    others, and all that is left is reported together at the end."""
     store = store or StateStore()
     lines: list[str] = []
+    left: list[str] = []
     for name in store.names():
-        lines += down_testbed(name, store, reporter)
+        try:
+            lines += down_testbed(name, store, reporter)
+        except TeardownIncomplete as exc:
+            lines += exc.removed
+            left += exc.left
     for name in BACKENDS:
         if not backend_exists(name):
             continue
@@ -678,6 +695,11 @@ def down_all(store: StateStore | None = None, reporter: Reporter | None = None) 
             lines += backend_class(name).cleanup(None)
         except BackendUnavailable:
             continue
+        except TeardownIncomplete as exc:
+            lines += exc.removed
+            left += [line for line in exc.left if line not in left]
+    if left:
+        raise TeardownIncomplete(left, lines)
     return lines
 
 

@@ -39,7 +39,6 @@ import shutil
 import subprocess
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from typing import Any
 from node.config import LinkShape, NodeConfig
 from orchestrator import tc
 from orchestrator.backend import Backend, NodeAddress, ShapingCapabilities
+from orchestrator.docker_teardown import Scope, bounded, find, summary, teardown
 from orchestrator.docker_util import (
     LABEL,
     LABEL_NODE,
@@ -157,14 +157,13 @@ class DockerBackend(Backend):
         return labels
 
     def prepare(self, nodes: Sequence[str]) -> dict[str, NodeAddress]:
-        leftovers = _labelled(self._client, self.testbed, scoped=False)
-        if any(leftovers.values()):
-            what = ", ".join(f"{len(v)} {k}" for k, v in leftovers.items() if v)
-            scopes = {_labels_of(o).get(LABEL_STATE, "") for v in leftovers.values() for o in v}
+        leftovers = find(self._client, Scope(self.testbed, None)).resources()
+        if leftovers:
+            scopes = {r.state for r in leftovers}
             where = "" if scopes <= {self.state_scope, ""} else (
                 f" (made with TESTBED_STATE_DIR={sorted(scopes - {''})[0]})")
             raise TestbedError(
-                f"testbed {self.testbed!r} already exists in Docker ({what}){where}; "
+                f"testbed {self.testbed!r} already exists in Docker ({summary(leftovers)}){where}; "
                 f"run `testbed down {self.testbed}` there first"
             )
         if self.image is None:
@@ -441,7 +440,7 @@ class DockerBackend(Backend):
         if pools:
             self._subnet = ipaddress.ip_network(pools[0]["Subnet"])
             self._gateway = pools[0].get("Gateway") or str(next(self._subnet.hosts()))
-        for container in self._client.containers.list(all=True, filters=_label_filter(self.testbed)):
+        for container in self._client.containers.list(all=True, filters=Scope(self.testbed, None).label_filter()):
             node = container.labels.get(LABEL_NODE)
             endpoint = (container.attrs.get("NetworkSettings", {}).get("Networks") or {}).get(self.network_name)
             ipam = (endpoint or {}).get("IPAMConfig") or {}
@@ -589,15 +588,20 @@ class DockerBackend(Backend):
             self.collect_traces()
         except Exception:  # noqa: BLE001 - destroy must go on
             pass
-        self.cleanup(self.testbed)
-        self._network = None
-        self._client.close()
+        try:
+            self.cleanup(self.testbed)
+        finally:
+            self._network = None
+            self._client.close()
 
     @classmethod
     def cleanup(cls, testbed: str | None) -> list[str]:
+        """Converging removal (orchestrator.docker_teardown) of what this
+        state directory made for `testbed` (None: every testbed);
+        TeardownIncomplete names whatever is left."""
         client = docker_client()
         try:
-            return _remove_labelled(client, testbed)
+            return teardown(client, Scope(testbed, current_state_dir())).raise_if_incomplete()
         finally:
             client.close()
 
@@ -606,79 +610,7 @@ class DockerBackend(Backend):
 
 
 def _parallel(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-    if len(items) <= 1:
-        return [fn(i) for i in items]
-    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        return list(pool.map(fn, items))
-
-
-def _label_filter(testbed: str | None) -> dict[str, str]:
-    return {"label": f"{LABEL_TESTBED}={testbed}" if testbed is not None else LABEL_TESTBED}
-
-
-def _labels_of(obj: Any) -> dict[str, str]:
-    attrs = getattr(obj, "attrs", {}) or {}
-    return attrs.get("Labels") or (attrs.get("Config") or {}).get("Labels") or {}
-
-
-def _labelled(client: Any, testbed: str | None, scoped: bool = True) -> dict[str, list[Any]]:
-    """Objects with our labels: of one testbed (None: every testbed). Scoped:
-    only those made under the current state directory (or before the state
-    label existed, for a named testbed)."""
-    flt = _label_filter(testbed)
-    found = {
-        "containers": client.containers.list(all=True, filters=flt),
-        "networks": client.networks.list(filters=flt),
-        "volumes": client.volumes.list(filters=flt),
-    }
-    if not scoped:
-        return found
-    scope = current_state_dir()
-    allowed = {scope} if testbed is None else {scope, ""}
-    return {k: [o for o in v if _labels_of(o).get(LABEL_STATE, "") in allowed] for k, v in found.items()}
-
-
-def _remove_labelled(client: Any, testbed: str | None) -> list[str]:
-    import docker.errors  # noqa: PLC0415
-
-    done: list[str] = []
-    found = _labelled(client, testbed)
-
-    def rm_container(container: Any) -> str | None:
-        if LABEL_TESTBED not in container.labels:  # belt and braces: never unlabelled
-            return None
-        try:
-            container.remove(force=True, v=True)
-        except docker.errors.NotFound:
-            return None
-        except docker.errors.APIError as exc:
-            if "already in progress" in str(exc):
-                return None
-            raise
-        return f"removed container {container.name} ({container.labels.get(LABEL_TESTBED)})"
-
-    done += [line for line in _parallel(rm_container, found["containers"]) if line]
-    for network in found["networks"]:
-        if LABEL_TESTBED not in (network.attrs.get("Labels") or {}):
-            continue
-        try:
-            network.reload()
-            attached = network.attrs.get("Containers") or {}
-            if attached:
-                done.append(f"left network {network.name}: still used by {len(attached)} container(s) "
-                            "without our labels")
-                continue
-            network.remove()
-            done.append(f"removed network {network.name} ({network.attrs['Labels'].get(LABEL_TESTBED)})")
-        except docker.errors.NotFound:
-            continue
-    for volume in found["volumes"]:
-        try:
-            volume.remove(force=True)
-            done.append(f"removed volume {volume.name}")
-        except docker.errors.NotFound:
-            continue
-    return done
+    return bounded(fn, items, PARALLEL)
 
 
 def _host_routes() -> list[ipaddress.IPv4Network]:

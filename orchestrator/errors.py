@@ -21,3 +21,17 @@ class BackendUnavailable(TestbedError):
     """A backend cannot run here (no Docker daemon, no Java): exit 3."""
 
     exit_code = 3
+
+
+class TeardownIncomplete(TestbedError):
+    """Something a testbed created could not be removed: exit 1. Each line of
+    `left` names the resource and the command that removes it; the testbed's
+    state record is kept so that a later `testbed down` retries."""
+
+    def __init__(self, left: list[str], removed: list[str]) -> None:
+        self.left = left
+        self.removed = removed
+        super().__init__(
+            f"teardown incomplete: {len(left)} object(s) left; the testbed stays recorded so that "
+            "`testbed down` retries\n  " + "\n  ".join(left)
+        )
