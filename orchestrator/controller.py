@@ -629,6 +629,9 @@ class Controller:
             },
             "host": host_facts(), "nodes": len(self.nodes),
         }
+        isolation = getattr(self.backend, "isolation", None)  # a backend that confines its nodes (docker)
+        if isolation is not None:
+            manifest["isolation"] = isolation()
         if final:
             manifest["wall_time_s"] = round((time.time_ns() - (t0 or time.time_ns())) / 1e9, 3)
             lags = self._read_lag_files(dict(lags or {}))

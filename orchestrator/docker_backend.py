@@ -18,9 +18,10 @@ Decisions (docs/docker.md says the same for users):
   partial (from a set of peers) = iptables DROP rules in the node's namespace
   (also through nsenter), kept separate from tc so shaping and partitions
   never disturb each other, and re-applied after a restart.
-- Traces: run_dir is bind-mounted read-write at /run-dir, the router writes
-  /run-dir/traces/<node>.pb straight onto the host; destroy/cleanup never
-  touch run_dir.
+- Files: each container mounts only its own node directory (run_dir/nodes/
+  <node> at /node) and runs as an unprivileged uid that owns it
+  (orchestrator.docker_nodedir); traces land on the host directly, and
+  destroy/cleanup never touch run_dir.
 - Labels on everything (gossip-testbed.testbed/run/node); `cleanup` works
   from labels alone, so it finds what a killed CLI left behind, and never
   removes anything without them.
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from node.config import LinkShape, NodeConfig
+from orchestrator import docker_nodedir as nodedir
 from orchestrator import tc
 from orchestrator.backend import Backend, NodeAddress, ShapingCapabilities
 from orchestrator.docker_teardown import Scope, bounded, find, summary, teardown
@@ -65,7 +67,6 @@ __all__ = ["DockerBackend", "NodeResources", "docker_available"]
 
 LISTEN_PORT = 4001
 CONTROL_PORT = 4002
-RUN_DIR_MOUNT = "/run-dir"
 STOP_TIMEOUT_S = 10
 DEFAULT_MEMORY = "256m"
 SUBNET_POOL = ipaddress.ip_network("10.200.0.0/13")
@@ -130,6 +131,7 @@ class DockerBackend(Backend):
         self._partitions: dict[str, set[str]] = {}
         self._caps: ShapingCapabilities | None = None
         self.commands_run: list[str] = []
+        self.user = nodedir.node_user()
 
     # ------------------------------------------------------------ addresses
 
@@ -222,40 +224,9 @@ class DockerBackend(Backend):
 
     # ------------------------------------------------------------ containers
 
-    def container_config(self, config: NodeConfig) -> NodeConfig:
-        """The config as the router sees it inside the container: paths under
-        run_dir moved to /run-dir."""
-        paths = {f: self.in_container(getattr(config, f)) for f in ("trace_path", "lag_path")
-                 if isinstance(getattr(config, f, None), str)}
-        return dataclasses.replace(config, **paths)
-
-    def in_container(self, path: str) -> str:
-        if not path:
-            return path
-        p = Path(path)
-        if not p.is_absolute():
-            p = self.run_dir / p
-        try:
-            rel = p.resolve().relative_to(self.run_dir)
-        except ValueError:
-            if path.startswith(RUN_DIR_MOUNT + "/"):
-                return path
-            raise InputError(f"{path}: a docker node can only write under the run directory {self.run_dir}")
-        return f"{RUN_DIR_MOUNT}/{rel.as_posix()}"
-
-    def on_host(self, path: str) -> Path:
-        if path.startswith(RUN_DIR_MOUNT + "/"):
-            return self.run_dir / path[len(RUN_DIR_MOUNT) + 1:]
-        return Path(path)
-
     def start(self, config: NodeConfig) -> None:
         node = config.name
-        inside = self.container_config(config)
-        cfg_file = self.run_dir / "configs" / f"{node}.json"
-        cfg_file.parent.mkdir(parents=True, exist_ok=True)
-        self.on_host(inside.trace_path).parent.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "node-logs").mkdir(parents=True, exist_ok=True)
-        cfg_file.write_text(inside.to_json())
+        nodedir.prepare(self.run_dir, config, self.user)
         self._attach()
         if node not in self.ips and config.listen_host not in ("", "0.0.0.0"):
             self.ips[node] = config.listen_host
@@ -283,10 +254,9 @@ class DockerBackend(Backend):
             raise TestbedError("DockerBackend.prepare must run before start")
         api = self._client.api
         res = self.resources.get(node, self.default_resources)
-        cfg = f"{RUN_DIR_MOUNT}/configs/{node}.json"
-        log = f"{RUN_DIR_MOUNT}/node-logs/{node}.log"
+        cfg, log = nodedir.inside(nodedir.CONFIG), nodedir.inside(nodedir.LOG)
         host_config = api.create_host_config(
-            binds={str(self.run_dir): {"bind": RUN_DIR_MOUNT, "mode": "rw"}},
+            binds={str(nodedir.node_dir(self.run_dir, node)): {"bind": nodedir.MOUNT, "mode": "rw"}},
             mem_limit=res.memory or self.default_resources.memory,
             nano_cpus=int((res.cpus or self.default_resources.cpus or 0) * 1e9) or None,
             cap_drop=["ALL"],
@@ -309,7 +279,7 @@ class DockerBackend(Backend):
             labels=self.labels(node),
             host_config=host_config,
             networking_config=networking,
-            user=f"{os.getuid()}:{os.getgid()}",
+            user=self.user.docker_user,
             hostname=_safe(node)[:63],
             environment={"TESTBED_NODE": node},
         )
@@ -410,7 +380,7 @@ class DockerBackend(Backend):
     def _control(self, node: str, cmd: str, **args: Any) -> dict[str, Any]:
         from node.runtime.client import ControlClient, ControlError  # noqa: PLC0415
 
-        cfg = NodeConfig.load(self.run_dir / "configs" / f"{node}.json")
+        cfg = NodeConfig.load(nodedir.node_dir(self.run_dir, node) / nodedir.CONFIG)
         try:
             return ControlClient(cfg.control_host, cfg.control_port, cfg.token).call(cmd, **args)
         except ControlError as exc:
@@ -447,7 +417,7 @@ class DockerBackend(Backend):
             if node and ipam.get("IPv4Address"):
                 self.ips.setdefault(node, ipam["IPv4Address"])
             elif node:  # disconnected: its config knows its address
-                cfg = self.run_dir / "configs" / f"{node}.json"
+                cfg = nodedir.node_dir(self.run_dir, node) / nodedir.CONFIG
                 if cfg.exists():
                     self.ips.setdefault(node, NodeConfig.load(cfg).listen_host)
             if self.image is None:
@@ -554,6 +524,10 @@ class DockerBackend(Backend):
         self.commands_run.extend(f"[{node}] {shlex.join(c)}" for c in cmds)
         if result.returncode != 0:
             raise TestbedError(f"[{node}] tc -batch failed: {result.stderr.strip()[:2000]}")
+
+    def isolation(self) -> dict[str, object]:
+        """What a container may touch, for the manifest."""
+        return nodedir.isolation(self.user)
 
     # ------------------------------------------------------------ collection
 
