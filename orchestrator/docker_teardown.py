@@ -258,7 +258,7 @@ def _remove_network(client: Any, network: Any, ours: set[str], sleep: Callable[[
                 res, f"still used by container(s) without the testbed's labels: {', '.join(foreign[:10])}",
                 f"docker network disconnect -f {shlex.quote(res.name)} {shown} && docker network rm {shlex.quote(res.name)}",
             )
-        for endpoint_id, endpoint in endpoints.items():
+        for endpoint_id, endpoint in list(endpoints.items()):
             target = endpoint_id if endpoint_id in ours else (endpoint.get("Name") or endpoint_id)
             try:
                 client.api.disconnect_container_from_network(target, network.id, force=True)
