@@ -72,9 +72,10 @@ def _internal_error(exc: BaseException) -> int:
     return 70
 
 
-class Terminated(KeyboardInterrupt):
+class Terminated(BaseException):
     """SIGTERM, raised where the CLI is, so it unwinds like Ctrl-C: a
-    testbed being started or run is torn down before the CLI exits."""
+    testbed being started or run is torn down before the CLI exits. Not a
+    KeyboardInterrupt, which typer turns into a silent exit 130."""
 
 
 def _on_sigterm(signum: int, frame: object) -> None:

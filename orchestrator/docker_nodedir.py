@@ -84,6 +84,7 @@ def prepare(run_dir: Path, config: NodeConfig, user: NodeUser) -> NodeConfig:
     """Create (or refresh, on a restart) the node's directory and config and
     the run directory's links into it; returns the config as the router sees
     it."""
+    run_dir = run_dir.resolve()
     d = node_dir(run_dir, config.name)
     d.mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o700)

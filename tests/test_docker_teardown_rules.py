@@ -231,3 +231,20 @@ def test_bounded_cancels_what_has_not_started_when_one_call_fails():
     with pytest.raises(KeyboardInterrupt):
         bounded(work, list(range(100)), workers=2)
     assert len(started) < 10
+
+
+def test_node_directory_config_and_a_trace_path_outside_the_run_directory(tmp_path):
+    import dataclasses
+
+    from node.config import NodeConfig
+    from orchestrator import docker_nodedir
+    from orchestrator.errors import InputError
+
+    cfg = NodeConfig(name="a", router="floodsub", seed=1, listen_host="10.0.0.2", listen_port=4001,
+                     control_host="10.0.0.2", control_port=4002, token="t", trace_path=str(tmp_path / "run" / "traces" / "a.pb"))
+    seen = docker_nodedir.prepare(tmp_path / "run", cfg, docker_nodedir.node_user())
+    assert (seen.trace_path, seen.lag_path) == ("/node/trace.pb", "/node/lag.json")
+    assert docker_nodedir.prepare(tmp_path / "run", cfg, docker_nodedir.node_user()) == seen  # a restart
+    with pytest.raises(InputError, match="trace_path .*only write under the run directory"):
+        docker_nodedir.prepare(tmp_path / "run", dataclasses.replace(cfg, trace_path="/etc/a.pb"),
+                               docker_nodedir.node_user())
