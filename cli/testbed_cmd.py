@@ -354,15 +354,18 @@ def down(
     killed CLI too.
     """
     from orchestrator.runs import down_all, down_testbed  # noqa: PLC0415
+    from orchestrator.errors import TeardownIncomplete  # noqa: PLC0415
     from orchestrator.state import check_name  # noqa: PLC0415
 
     if (name is None) == (not all_):
         raise InputError("give a testbed NAME or --all (not both)")
     reporter = _reporter(as_json)
-    if all_:
-        lines = down_all(reporter=reporter)
-    else:
-        lines = down_testbed(check_name(name), reporter=reporter)
+    try:
+        lines = down_all(reporter=reporter) if all_ else down_testbed(check_name(name), reporter=reporter)
+    except TeardownIncomplete as exc:
+        if as_json:
+            _echo_json({"removed": exc.removed, "left": exc.left})
+        raise
     if as_json:
         _echo_json({"removed": lines})
         return
