@@ -37,11 +37,15 @@ def run_analysis(
     spark_master: str | None = None,
     traces: str | Path | None = None,
     progress: Progress | None = None,
+    spark_remote: str | None = None,
 ) -> dict[str, Any]:
     """Analyse a run directory; returns the summary (also written to
-    RUN_DIR/summary.json). Bad input raises InputError, no Java
+    RUN_DIR/summary.json). `spark_remote` (or $SPARK_REMOTE) names a Spark
+    Connect server, else a classic session starts (analysis/spark.py). Bad
+    input raises InputError; no Java, or no server at `spark_remote`,
     BackendUnavailable. `progress(stage, fraction_or_None)` reports stages."""
-    from analysis.ingest import ingest
+    from analysis.ingest import ingest, known_peer_ids
+    from analysis.integrity import killed_nodes, missing_files, trace_integrity
     from analysis.metrics import compute
     from analysis.spark import get_spark
 
@@ -55,15 +59,20 @@ def run_analysis(
     events_dir = run.metrics_dir / "_events"
     report("decoding traces", 0.0)
     ing = ingest(
-        run.traces, events_dir, progress=lambda d, n: report("decoding traces", d / n if n else 1.0)
+        run.traces,
+        events_dir,
+        progress=lambda d, n: report("decoding traces", d / n if n else 1.0),
+        known=known_peer_ids(run.topology_nodes()),
     )
     report("starting Spark", None)
-    spark = get_spark(spark_master, small=ing.events < SMALL_RUN_EVENTS)
+    spark = get_spark(spark_master, small=ing.events < SMALL_RUN_EVENTS, remote=spark_remote)
     try:
         summary = compute(spark, run, events_dir, progress=lambda stage: report(stage, None))
     finally:
         shutil.rmtree(events_dir, ignore_errors=True)
     summary["trace_files"] = ing.files
+    summary["trace_integrity"] = trace_integrity(ing.reports, killed_nodes(run))
+    summary["missing_files"] = missing_files(run)
     summary["analysis_wall_s"] = round(time.monotonic() - started, 3)
     expectations = run.expectations()
     if expectations:
@@ -88,7 +97,12 @@ def load_summary(run_dir: str | Path) -> dict[str, Any] | None:
     return json.loads(path.read_text())
 
 
-def write_report(run_dirs: list[str | Path], out_path: str | Path, spark_master: str | None = None) -> Path:
+def write_report(
+    run_dirs: list[str | Path],
+    out_path: str | Path,
+    spark_master: str | None = None,
+    spark_remote: str | None = None,
+) -> Path:
     """One self-contained HTML report for one or several runs; runs whose
     metrics are missing are analysed first."""
     from analysis.report import render_report
@@ -97,7 +111,7 @@ def write_report(run_dirs: list[str | Path], out_path: str | Path, spark_master:
     for rd in run_dirs:
         run = open_run_dir(rd)
         if not run.summary_path.is_file() or not (run.metrics_dir / "nodes.parquet").is_file():
-            run_analysis(rd, spark_master=spark_master)
+            run_analysis(rd, spark_master=spark_master, spark_remote=spark_remote)
         runs.append(run)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from node.errors import InputError
 from node.trace_vocab import (
     ADD_PEER,
     DELIVER,
@@ -38,6 +37,7 @@ from node.trace_vocab import (
     DUPLICATE,
     GRAFT,
     JOIN,
+    KNOWN_TYPES,
     LEAVE,
     PRUNE,
     PUBLISH,
@@ -46,6 +46,8 @@ from node.trace_vocab import (
     REMOVE_PEER,
     SEND_RPC,
 )
+from node.tracefile import MAX_TRACE_EVENT, PB
+
 
 PB_SUFFIXES = (".pb",)
 JSON_SUFFIXES = (".json", ".jsonl")
@@ -60,7 +62,7 @@ SCHEMA = pa.schema(
         ("type", pa.int8()),
         ("ts", pa.int64()),
         ("seq", pa.int64()),  # position in its trace file: orders events with equal timestamps
-        ("msg", pa.string()),  # lower-case hex message id (message events)
+        ("msg", pa.string()),  # lower-case hex message id (message events; an RPC's first message)
         ("topic", pa.string()),
         ("peer", pa.string()),  # receivedFrom / sendTo / added, removed, grafted, pruned peer
         ("size", pa.int64()),  # RPC bytes (gossip-testbed extension), null when absent
@@ -79,7 +81,7 @@ COLUMNS = [f.name for f in SCHEMA]
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
 
-def _base58(data: bytes) -> str:
+def base58_encode(data: bytes) -> str:
     n = int.from_bytes(data, "big")
     out = []
     while n:
@@ -89,12 +91,26 @@ def _base58(data: bytes) -> str:
     return "1" * pad + "".join(reversed(out))
 
 
-class PeerNames:
-    """Peer id bytes -> name: our ids are node names in UTF-8; a go peer id
-    (a multihash) is shown as libp2p shows it, in base58."""
+def base58_decode(text: str) -> bytes:
+    """A base58 peer id (`12D3KooW...`) back to its multihash bytes."""
+    n = 0
+    for ch in text:
+        digit = _B58.find(ch)
+        if digit < 0:
+            raise ValueError(f"{ch!r} is not a base58 digit")
+        n = n * 58 + digit
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big") if n else b""
+    return b"\0" * (len(text) - len(text.lstrip("1"))) + body
 
-    def __init__(self) -> None:
-        self._cache: dict[bytes, str] = {}
+
+class PeerNames:
+    """Peer id bytes -> node name. `known` maps the peer ids topology.json
+    lists (real libp2p ids) to their names; an id not listed is a node name
+    in UTF-8 (our routers before real identities) or else a foreign peer,
+    shown as libp2p shows it, in base58."""
+
+    def __init__(self, known: dict[bytes, str] | None = None) -> None:
+        self._cache: dict[bytes, str] = dict(known or {})
 
     def __call__(self, pid: bytes) -> str | None:
         if not pid:
@@ -106,7 +122,7 @@ class PeerNames:
                 if not name.isprintable():
                     raise ValueError
             except ValueError:
-                name = _base58(pid)
+                name = base58_encode(pid)
             self._cache[pid] = name
         return name
 
@@ -120,38 +136,153 @@ def trace_files(trace_dir: Path) -> list[Path]:
     return files
 
 
-def iter_events(path: Path) -> Iterator:
-    """The TraceEvent protobufs in a trace file of either encoding."""
-    from node.tracefile import PB, read_trace
+@dataclass(frozen=True)
+class TraceFileReport:
+    """What reading one trace file found (docs/metrics.md, "Trace integrity"):
+    `truncated` the file ends inside a record (a writer stopped mid-write);
+    `corrupt` stretches of bytes that are not trace records, skipped until
+    records could be read again; `bytes_skipped` counts both."""
 
-    if path.suffix in PB_SUFFIXES:
-        yield from read_trace(path)
-        return
+    file: str
+    node: str
+    records: int
+    bytes: int
+    bytes_skipped: int
+    truncated: bool
+    corrupt: int
+
+    @property
+    def damaged(self) -> bool:
+        return self.truncated or self.corrupt > 0
+
+
+@dataclass
+class _Tally:
+    records: int = 0
+    bytes_skipped: int = 0
+    truncated: bool = False
+    corrupt: int = 0
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int] | None:
+    """(value, next position), or None when `buf` ends inside the varint or
+    it is longer than 10 bytes."""
+    value = shift = 0
+    for i in range(pos, min(len(buf), pos + 10)):
+        byte = buf[i]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, i + 1
+        shift += 7
+    return None
+
+
+def _record_at(buf: bytes, pos: int, max_len: int):
+    """The TraceEvent framed at `pos` and the position after it; None when
+    the bytes there are not a well-formed record (a record has a known type
+    and a timestamp, as every tracer writes them)."""
+    first = buf[pos]
+    if first < 0x80:  # the common case: a record shorter than 128 bytes
+        length, start = first, pos + 1
+    else:
+        head = _uvarint(buf, pos)
+        if head is None:
+            return None
+        length, start = head
+    end = start + length
+    if length > max_len or end > len(buf):
+        return None
+    ev = PB()
+    try:
+        ev.ParseFromString(buf[start:end])
+    except Exception:  # protobuf's DecodeError and friends
+        return None
+    if ev.type not in KNOWN_TYPES or not (ev.HasField("timestamp") and ev.HasField("type")):
+        return None
+    return ev, end
+
+
+def _cut_record(buf: bytes, pos: int, max_len: int) -> bool:
+    """The bytes from `pos` to the end (just after a whole record) are the
+    start of a record the file was cut inside: a length header that runs past
+    the end, or is itself cut."""
+    head = _uvarint(buf, pos)
+    if head is None:
+        return len(buf) - pos < 10
+    length, start = head
+    return length <= max_len and start + length > len(buf)
+
+
+def _resync(buf: bytes, pos: int, max_len: int) -> int:
+    """The first position after `pos` where two well-formed records follow
+    each other (or one ends the file): where reading can resume."""
+    for cand in range(pos + 1, len(buf)):
+        got = _record_at(buf, cand, max_len)
+        if got is None:
+            continue
+        end = got[1]
+        if end == len(buf) or _record_at(buf, end, max_len) is not None:
+            return cand
+    return len(buf)
+
+
+def _pb_events(path: Path, tally: _Tally) -> Iterator:
+    buf = path.read_bytes()
+    pos = 0
+    while pos < len(buf):
+        got = _record_at(buf, pos, MAX_TRACE_EVENT)
+        if got is not None:
+            ev, pos = got
+            tally.records += 1
+            yield ev
+            continue
+        if tally.records and _cut_record(buf, pos, MAX_TRACE_EVENT):  # after a record, not in noise
+            tally.truncated = True
+            tally.bytes_skipped += len(buf) - pos
+            return
+        nxt = _resync(buf, pos, MAX_TRACE_EVENT)
+        tally.corrupt += 1
+        tally.bytes_skipped += nxt - pos
+        pos = nxt
+
+
+def _json_events(path: Path, tally: _Tally) -> Iterator:
     from google.protobuf import json_format
 
-    def parse(line: str, lineno: int, last: bool):
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    last = len(lines) - 1
+    while last >= 0 and not lines[last].strip():
+        last -= 1
+    for i, raw in enumerate(lines):
+        line = raw.strip()
+        if not line:
+            continue
         ev = PB()
         try:
-            json_format.Parse(line, ev, ignore_unknown_fields=True)
-        except (json_format.ParseError, ValueError) as exc:
-            if last:  # a truncated last line: the tracer was killed mid-write
-                return None
-            raise InputError(f"{path}:{lineno}: not a TraceEvent JSON object: {exc}") from None
-        return ev
+            json_format.Parse(line.decode("utf-8"), ev, ignore_unknown_fields=True)
+            ok = ev.HasField("type") and ev.type in KNOWN_TYPES
+        except (json_format.ParseError, ValueError):
+            ok = False
+        if ok:
+            tally.records += 1
+            yield ev
+        elif i == last and not data.endswith(b"\n"):  # the tracer was stopped mid-write
+            tally.truncated = True
+            tally.bytes_skipped += len(raw)
+        else:
+            tally.corrupt += 1
+            tally.bytes_skipped += len(raw) + 1
 
-    with open(path, encoding="utf-8") as f:
-        pending: tuple[str, int] | None = None
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if pending is not None:
-                yield parse(*pending, last=False)
-            pending = (line, lineno)
-        if pending is not None:
-            ev = parse(*pending, last=True)
-            if ev is not None:
-                yield ev
+
+def iter_events(path: Path, tally: _Tally | None = None) -> Iterator:
+    """The TraceEvent protobufs in a trace file of either encoding; what could
+    not be read is counted in `tally`, never raised: a damaged trace still
+    gives every record it holds."""
+    tally = tally if tally is not None else _Tally()
+    if path.suffix in PB_SUFFIXES:
+        return _pb_events(path, tally)
+    return _json_events(path, tally)
 
 
 class _Columns:
@@ -165,9 +296,13 @@ class _Columns:
         return pa.Table.from_pydict(self.cols, schema=SCHEMA)
 
 
-def decode_file(path: Path, out_path: Path, default_node: str | None = None) -> tuple[str, int]:
-    """Decode one trace file into `out_path` (Parquet). Returns (path, events)."""
-    names = PeerNames()
+def decode_file(
+    path: Path, out_path: Path, default_node: str | None = None, known: dict[bytes, str] | None = None
+) -> TraceFileReport:
+    """Decode one trace file into `out_path` (Parquet); `known` maps peer ids
+    to node names. Returns what was read and what could not be."""
+    names = PeerNames(known)
+    tally = _Tally()
     writer: pq.ParquetWriter | None = None
     total = 0
     cols = _Columns()
@@ -182,16 +317,20 @@ def decode_file(path: Path, out_path: Path, default_node: str | None = None) -> 
     zeros = (a_nm, a_ns, a_ih, a_ihi, a_iw, a_iwi, a_g, a_p)
 
     def flush() -> None:
-        nonlocal writer, cols, c
+        nonlocal writer
         if writer is None:
             writer = pq.ParquetWriter(out_path, SCHEMA, compression="snappy")
         writer.write_table(cols.table(), row_group_size=ROW_GROUP)
         for lst in c.values():
             lst.clear()
 
-    for ev in iter_events(path):
+    owner: str | None = None  # the node whose trace this is, by its first record
+    for ev in iter_events(path, tally):
         t = ev.type
-        a_node.append(names(ev.peerID) or default_node)
+        node = names(ev.peerID) or default_node
+        if owner is None:
+            owner = node
+        a_node.append(node)
         a_type.append(t)
         a_ts.append(ev.timestamp)
         a_seq.append(total)
@@ -218,7 +357,8 @@ def decode_file(path: Path, out_path: Path, default_node: str | None = None) -> 
             if sub.HasField("size"):
                 size = sub.size
             meta = sub.meta
-            a_nm.append(len(meta.messages))
+            carried = meta.messages
+            a_nm.append(len(carried))
             a_ns.append(len(meta.subscription))
             if meta.HasField("control"):
                 ctl = meta.control
@@ -236,7 +376,7 @@ def decode_file(path: Path, out_path: Path, default_node: str | None = None) -> 
                 a_iwi.append(0)
                 a_g.append(0)
                 a_p.append(0)
-            a_msg.append(None)
+            a_msg.append(carried[0].messageID.hex() if carried else None)
             a_topic.append(None)
             a_peer.append(peer)
             a_size.append(size)
@@ -274,52 +414,79 @@ def decode_file(path: Path, out_path: Path, default_node: str | None = None) -> 
         flush()
     assert writer is not None
     writer.close()
-    return str(path), total
+    return TraceFileReport(
+        file=path.name,
+        node=owner or default_node or path.stem,
+        records=tally.records,
+        bytes=path.stat().st_size,
+        bytes_skipped=tally.bytes_skipped,
+        truncated=tally.truncated,
+        corrupt=tally.corrupt,
+    )
 
 
-def _decode_job(args: tuple[str, str, str]) -> tuple[str, int]:
-    path, out, default_node = args
-    return decode_file(Path(path), Path(out), default_node)
+def _decode_job(args: tuple[str, str, str, dict[bytes, str]]) -> TraceFileReport:
+    path, out, default_node, known = args
+    return decode_file(Path(path), Path(out), default_node, known)
 
 
-@dataclass
+def known_peer_ids(topology_nodes: list[dict]) -> dict[bytes, str]:
+    """Peer id bytes -> name from topology.json's per-node `peer_id` (base58);
+    nodes without one (runs from before real identities) are skipped."""
+    out = {}
+    for node in topology_nodes:
+        pid, name = node.get("peer_id"), node.get("name")
+        if isinstance(pid, str) and pid and name:
+            try:
+                out[base58_decode(pid)] = str(name)
+            except ValueError:
+                continue
+    return out
+
+
+@dataclass(frozen=True)
 class IngestResult:
     events_dir: Path
     files: int
     events: int
+    reports: tuple[TraceFileReport, ...]
 
 
 def ingest(
-    files: Iterable[Path], out_dir: Path, workers: int | None = None, progress=None
+    files: Iterable[Path],
+    out_dir: Path,
+    workers: int | None = None,
+    progress=None,
+    known: dict[bytes, str] | None = None,
 ) -> IngestResult:
     """Decode every trace file into `out_dir/part-NNNNN.parquet`, in parallel
     over files (largest first, so one big file does not finish last).
+    `known` maps peer ids to node names (known_peer_ids).
     `progress(done_files, total_files)` is called as files finish."""
     files = sorted(files, key=lambda p: p.stat().st_size, reverse=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.parquet"):
         old.unlink()
+    known = known or {}
     jobs = [
-        (str(p), str(out_dir / f"part-{i:05d}.parquet"), p.stem) for i, p in enumerate(files)
+        (str(p), str(out_dir / f"part-{i:05d}.parquet"), p.stem, known) for i, p in enumerate(files)
     ]
     total_bytes = sum(p.stat().st_size for p in files)
     workers = workers or os.cpu_count() or 1
-    events = 0
-    done = 0
+    reports: list[TraceFileReport] = []
     if progress:
         progress(0, len(jobs))
     if workers <= 1 or len(jobs) <= 1 or total_bytes < POOL_THRESHOLD_BYTES:
         for job in jobs:
-            events += _decode_job(job)[1]
-            done += 1
+            reports.append(_decode_job(job))
             if progress:
-                progress(done, len(jobs))
+                progress(len(reports), len(jobs))
     else:
         # spawn, not fork: the caller may already hold a JVM gateway and threads.
         with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=get_context("spawn")) as pool:
-            for _, n in pool.map(_decode_job, jobs, chunksize=1):
-                events += n
-                done += 1
+            for rep in pool.map(_decode_job, jobs, chunksize=1):
+                reports.append(rep)
                 if progress:
-                    progress(done, len(jobs))
-    return IngestResult(out_dir, len(jobs), events)
+                    progress(len(reports), len(jobs))
+    reports.sort(key=lambda r: r.file)
+    return IngestResult(out_dir, len(jobs), sum(r.records for r in reports), tuple(reports))

@@ -7,9 +7,13 @@ publish time (JOIN/LEAVE in the traces) that were up then (node_down/node_up
 in events.jsonl) and did not publish it; a delivery is a node's first
 DELIVER_MESSAGE of it; latency is first delivery minus first publish.
 
-Small inputs (subscription and up/down intervals, shortest-path distances)
-are computed on the driver and broadcast; everything that grows with the
-number of events or messages stays in Spark.
+The job is a chain of named stages, each a function returning a DataFrame
+(node_counts, messages, expected_recipients, deliveries, lower_bound,
+per_message, time series, per_node_delivery, in-flight RPCs), and
+`summarize`. Everything that grows with the number of events stays in Spark;
+small inputs (subscription and up/down intervals, shortest-path distances,
+the mesh-changing events) are handled on the driver, and the per-message and
+per-delivery tables come to the driver once, as Arrow, to be written.
 """
 
 from __future__ import annotations
@@ -227,7 +231,11 @@ def recovery_after_churn(
     return out
 
 
-# --------------------------------------------------------------------- the job
+# --------------------------------------------------------------------- the job's stages
+#
+# Each stage is a function from DataFrames to a DataFrame, named as
+# docs/metrics.md names the quantity. `compute` chains them, caches what
+# several stages read, and launches as few Spark jobs as it can.
 
 
 def _pct(values: list | None, i: int) -> float | None:
@@ -245,8 +253,35 @@ def _write_pandas(df: pd.DataFrame, path: Path) -> None:
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
 
 
-def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
-    """Driver-side facts, and the per-node trace aggregates (one Spark pass)."""
+def local_frame(spark, rows: list[tuple], columns: list[tuple[str, str]]):
+    """A DataFrame of driver-side rows, handed over as Arrow: a list of
+    tuples would go through `parallelize` and start Python workers."""
+    pdf = pd.DataFrame(rows, columns=[name for name, _ in columns])
+    for name, kind in columns:
+        if kind == "long":
+            pdf[name] = pdf[name].astype("int64")
+        elif kind == "double":
+            pdf[name] = pdf[name].astype("float64")
+        else:
+            pdf[name] = pdf[name].astype("object")
+    return spark.createDataFrame(pdf, ", ".join(f"{name} {kind}" for name, kind in columns))
+
+
+def _write_spark(df, path: Path) -> pd.DataFrame:
+    """A table that grows with the messages: computed by Spark, brought to the
+    driver once as Arrow, written with pyarrow (no Spark write job and no
+    re-read), returned for the driver-side reductions."""
+    table = df.toArrow()
+    if path.is_dir():
+        import shutil
+
+        shutil.rmtree(path)
+    pq.write_table(table, path)
+    return table.to_pandas()
+
+
+def node_counts(E):
+    """Per node: event counts by type, RPC and control entry sums, first and last event."""
     from pyspark.sql import functions as F
 
     def cnt(t):
@@ -255,43 +290,56 @@ def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
     def s(t, col):
         return F.sum(F.when(F.col("type") == t, F.col(col)).otherwise(0))
 
-    per_node = (
-        E.groupBy("node")
-        .agg(
-            F.count(F.lit(1)).alias("events"),
-            F.min("ts").alias("first_ts"),
-            F.max("ts").alias("last_ts"),
-            cnt(PUBLISH).alias("published"),
-            cnt(DELIVER).alias("delivered"),
-            cnt(DUPLICATE).alias("duplicated"),
-            cnt(REJECT).alias("rejected"),
-            s(RECV_RPC, "n_msgs").alias("msgs_received"),
-            s(SEND_RPC, "n_msgs").alias("msgs_sent"),
-            cnt(SEND_RPC).alias("rpcs_sent"),
-            cnt(RECV_RPC).alias("rpcs_received"),
-            cnt(DROP_RPC).alias("rpcs_dropped"),
-            F.sum(F.when(F.col("type") == SEND_RPC, F.col("size"))).alias("bytes_sent"),
-            F.sum(F.when(F.col("type") == RECV_RPC, F.col("size"))).alias("bytes_received"),
-            F.sum(F.when(F.col("type") == DROP_RPC, F.col("size"))).alias("bytes_dropped"),
-            *[
-                s(t, f"n_{c}").alias(f"{c}_{d}")
-                for c in ("graft", "prune", "ihave", "iwant", "ihave_ids", "iwant_ids")
-                for t, d in ((SEND_RPC, "sent"), (RECV_RPC, "received"))
-            ],
-            s(DROP_RPC, "n_msgs").alias("msgs_dropped"),
-            cnt(GRAFT).alias("mesh_grafts"),
-            cnt(PRUNE).alias("mesh_prunes"),
-            cnt(ADD_PEER).alias("peers_added"),
-            cnt(REMOVE_PEER).alias("peers_removed"),
-        )
+    return E.groupBy("node").agg(
+        F.count(F.lit(1)).alias("events"),
+        F.min("ts").alias("first_ts"),
+        F.max("ts").alias("last_ts"),
+        cnt(PUBLISH).alias("published"),
+        cnt(DELIVER).alias("delivered"),
+        cnt(DUPLICATE).alias("duplicated"),
+        cnt(REJECT).alias("rejected"),
+        s(RECV_RPC, "n_msgs").alias("msgs_received"),
+        s(SEND_RPC, "n_msgs").alias("msgs_sent"),
+        cnt(SEND_RPC).alias("rpcs_sent"),
+        cnt(RECV_RPC).alias("rpcs_received"),
+        cnt(DROP_RPC).alias("rpcs_dropped"),
+        F.sum(F.when(F.col("type") == SEND_RPC, F.col("size"))).alias("bytes_sent"),
+        F.sum(F.when(F.col("type") == RECV_RPC, F.col("size"))).alias("bytes_received"),
+        F.sum(F.when(F.col("type") == DROP_RPC, F.col("size"))).alias("bytes_dropped"),
+        *[
+            s(t, f"n_{c}").alias(f"{c}_{d}")
+            for c in ("graft", "prune", "ihave", "iwant", "ihave_ids", "iwant_ids")
+            for t, d in ((SEND_RPC, "sent"), (RECV_RPC, "received"))
+        ],
+        s(DROP_RPC, "n_msgs").alias("msgs_dropped"),
+        cnt(GRAFT).alias("mesh_grafts"),
+        cnt(PRUNE).alias("mesh_prunes"),
+        cnt(ADD_PEER).alias("peers_added"),
+        cnt(REMOVE_PEER).alias("peers_removed"),
+    )
+
+
+def structure_events(E) -> pd.DataFrame:
+    """The events that shape subscriptions and meshes (JOIN, LEAVE, GRAFT,
+    PRUNE, REMOVE_PEER), in trace order: they grow with membership and mesh
+    churn, not with messages, so the driver takes them in one pass."""
+    from pyspark.sql import functions as F
+
+    return (
+        E.where(F.col("type").isin(JOIN, LEAVE, GRAFT, PRUNE, REMOVE_PEER))
+        .select("node", "type", "topic", "peer", "ts", "seq")
+        .orderBy("node", "ts", "seq")
         .toPandas()
     )
+
+
+def build_context(run: RunDir, per_node: pd.DataFrame, structure: pd.DataFrame) -> Context:
+    """Driver-side facts from the run directory, the per-node aggregates and
+    the structure events."""
+    jl = structure[structure["type"].isin([JOIN, LEAVE])]
     join_leave = [
-        (r.node, int(r.type), int(r.ts), r.topic)
-        for r in E.where(F.col("type").isin(JOIN, LEAVE))
-        .select("node", "type", "ts", "seq", "topic")
-        .orderBy("node", "ts", "seq")
-        .collect()
+        (node, int(typ), int(ts), topic)
+        for node, typ, ts, topic in jl[["node", "type", "ts", "topic"]].itertuples(index=False)
     ]
     topo_nodes = run.topology_nodes()
     topo_topics = {str(n["name"]): list(n.get("topics") or []) for n in topo_nodes if "name" in n}
@@ -310,7 +358,7 @@ def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
         t0 = starts[0] if starts else trace_t0
     ends = [e["t_ns"] for e in run.events if e.get("kind") == RunEvent.RUN_END]
     t_end = max([trace_end, *ends])
-    ctx = Context(
+    return Context(
         t0=int(t0),
         t_end=int(t_end),
         nodes=nodes,
@@ -320,54 +368,14 @@ def build_context(spark, run: RunDir, E) -> tuple[Context, pd.DataFrame]:
         churn=[e for e in run.events if e.get("kind") == RunEvent.CHURN],
         publishes=[e for e in run.events if e.get("kind") == RunEvent.PUBLISH and e.get("message_id")],
     )
-    return ctx, per_node
 
 
-def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, Any]:
+def messages(spark, E, ctx: Context):
+    """Per message: first publish time, topic and publishers, from
+    PUBLISH_MESSAGE in the traces and, for messages no trace shows published,
+    the workload's publish entries in events.jsonl."""
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
-    def step(name: str) -> None:
-        if progress:
-            progress(name)
-
-    out_dir = run.metrics_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
-    E = spark.read.parquet(str(events_dir))
-
-    step("per-node counts")
-    ctx, per_node = build_context(spark, run, E)
-    t0 = ctx.t0
-    n_events = int(per_node["events"].sum()) if len(per_node) else 0
-    # whole-stage code generation pays off on big inputs; on small ones compiling
-    # the generated code costs more than it saves
-    # (and so does adaptive execution's re-planning at every stage boundary)
-    big = n_events >= CODEGEN_MIN_EVENTS
-    cores = spark.sparkContext.defaultParallelism or 2
-    spark.conf.set("spark.sql.codegen.wholeStage", "true" if big else "false")
-    spark.conf.set("spark.sql.adaptive.enabled", "true" if big else "false")
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(1, min(2 * cores, n_events // 250_000))))
-
-    sub_schema = T.StructType(
-        [
-            T.StructField("s_node", T.StringType()),
-            T.StructField("s_topic", T.StringType()),
-            T.StructField("s_start", T.LongType()),
-            T.StructField("s_end", T.LongType()),
-        ]
-    )
-    down_schema = T.StructType(
-        [
-            T.StructField("d_node", T.StringType()),
-            T.StructField("d_start", T.LongType()),
-            T.StructField("d_end", T.LongType()),
-        ]
-    )
-    S = F.broadcast(spark.createDataFrame(ctx.subscriptions, sub_schema))
-    Dn = F.broadcast(spark.createDataFrame(ctx.down, down_schema))
-
-    # ---- messages: first publish, publishers, topic
-    step("messages and expected recipients")
     M_trace = (
         E.where(F.col("type") == PUBLISH)
         .groupBy("msg")
@@ -377,60 +385,69 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
             F.array_sort(F.collect_set("node")).alias("publishers"),
         )
     )
-    if ctx.publishes:
-        rows = []
-        for p in ctx.publishes:
-            pubs = [p["node"]] if p.get("node") else list(p.get("via") or [])
-            rows.append((str(p["message_id"]).lower(), int(p["t_ns"]), p.get("topic"), sorted(pubs)))
-        M_log = spark.createDataFrame(
-            rows, "msg string, publish_ts long, topic string, publishers array<string>"
-        ).groupBy("msg").agg(
+    if not ctx.publishes:
+        return M_trace
+    rows = []
+    for p in ctx.publishes:
+        pubs = [p["node"]] if p.get("node") else list(p.get("via") or [])
+        rows.append((str(p["message_id"]).lower(), int(p["t_ns"]), p.get("topic"), sorted(pubs)))
+    M_log = (
+        local_frame(
+            spark, rows, [("msg", "string"), ("publish_ts", "long"), ("topic", "string"),
+                          ("publishers", "array<string>")]
+        )
+        .groupBy("msg")
+        .agg(
             F.min("publish_ts").alias("publish_ts"),
             F.min("topic").alias("topic"),
             F.array_sort(F.array_distinct(F.flatten(F.collect_list("publishers")))).alias("publishers"),
         )
-        M = M_trace.unionByName(M_log.join(M_trace.select("msg"), "msg", "left_anti"))
-    else:
-        M = M_trace
-    M = M.cache()
+    )
+    return M_trace.unionByName(M_log.join(M_trace.select("msg"), "msg", "left_anti"))
 
-    # ---- expected recipients: subscribed at publish time, up, not a publisher
+
+def expected_recipients(M, S, Dn):
+    """(message, node) pairs: subscribed to its topic at its publish time,
+    up then, and not one of its publishers."""
+    from pyspark.sql import functions as F
+
     X = (
-        M.join(
-            S,
-            (S.s_topic == M.topic) & (S.s_start <= M.publish_ts) & (M.publish_ts < S.s_end),
-        )
+        M.join(S, (S.s_topic == M.topic) & (S.s_start <= M.publish_ts) & (M.publish_ts < S.s_end))
         .where(~F.array_contains("publishers", F.col("s_node")))
         .select("msg", "topic", "publish_ts", "publishers", F.col("s_node").alias("node"))
         .dropDuplicates(["msg", "node"])
     )
-    X = X.join(
-        Dn, (Dn.d_node == X.node) & (Dn.d_start <= X.publish_ts) & (X.publish_ts < Dn.d_end), "left_anti"
-    )
+    return X.join(Dn, (Dn.d_node == X.node) & (Dn.d_start <= X.publish_ts) & (X.publish_ts < Dn.d_end), "left_anti")
 
-    # ---- deliveries: first DELIVER per (message, node)
-    Dl = E.where(F.col("type") == DELIVER).groupBy("msg", "node").agg(F.min("ts").alias("deliver_ts"))
-    dups = E.where(F.col("type") == DUPLICATE).groupBy("msg").agg(F.count(F.lit(1)).alias("duplicates"))
 
-    XD = (
+def first_deliveries(E):
+    """Each node's first DELIVER_MESSAGE of each message."""
+    from pyspark.sql import functions as F
+
+    return E.where(F.col("type") == DELIVER).groupBy("msg", "node").agg(F.min("ts").alias("deliver_ts"))
+
+
+def deliveries(X, Dl):
+    """Expected recipients with their first delivery, if any, and latency."""
+    from pyspark.sql import functions as F
+
+    return (
         X.join(Dl, ["msg", "node"], "left")
         .withColumn("delivered", F.col("deliver_ts").isNotNull())
         .withColumn("latency_ms", (F.col("deliver_ts") - F.col("publish_ts")) / 1e6)
     )
 
-    # ---- lower bound over the overlay: Dijkstra per publisher on the driver
-    step("lower bound (shortest paths)")
-    edges = run.topology_edges()
-    has_lb = bool(edges)
-    if has_lb:
-        sources = sorted(
-            set(per_node.loc[per_node["published"] > 0, "node"].dropna())
-            | {p for e in ctx.publishes for p in ([e["node"]] if e.get("node") else e.get("via") or [])}
-        )
+
+def lower_bound(spark, XD, edges: list[dict[str, Any]], sources: list[str]):
+    """Adds lower_bound_ms (shortest overlay path from the nearest publisher,
+    Dijkstra on the driver) and stretch (latency over that bound)."""
+    from pyspark.sql import functions as F
+
+    if edges:
         dist = shortest_paths(edges, sources)
         lb_rows = [(s, n, float(d)) for s, ds in dist.items() for n, d in ds.items()]
-        LB = spark.createDataFrame(
-            lb_rows or [("", "", 0.0)], "lb_publisher string, lb_node string, lb_ms double"
+        LB = local_frame(
+            spark, lb_rows or [("", "", 0.0)], [("lb_publisher", "string"), ("lb_node", "string"), ("lb_ms", "double")]
         )
         lb = (
             XD.select("msg", "node", F.explode("publishers").alias("lb_publisher"))
@@ -442,82 +459,54 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
         XD = XD.join(lb, ["msg", "node"], "left")
     else:
         XD = XD.withColumn("lower_bound_ms", F.lit(None).cast("double"))
-    XD = XD.withColumn(
+    return XD.withColumn(
         "stretch",
-        F.when(
-            F.col("delivered") & (F.col("lower_bound_ms") > 0),
-            F.col("latency_ms") / F.col("lower_bound_ms"),
-        ),
+        F.when(F.col("delivered") & (F.col("lower_bound_ms") > 0), F.col("latency_ms") / F.col("lower_bound_ms")),
     )
-    step("deliveries table")
-    deliveries_path = out_dir / "deliveries.parquet"
-    XD.select(
-        "msg", "topic", "node", "publish_ts", "deliver_ts", "delivered", "latency_ms", "lower_bound_ms", "stretch"
-    ).write.mode("overwrite").parquet(str(deliveries_path))
-    XD = spark.read.parquet(str(deliveries_path))
 
-    # ---- per message
-    step("per-message metrics")
-    per_msg = (
-        XD.groupBy("msg")
-        .agg(
-            F.count(F.lit(1)).alias("expected"),
-            F.sum(F.col("delivered").cast("int")).alias("delivered"),
-            F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
-            F.max("latency_ms").alias("latency_max_ms"),
-        )
+
+def per_message(M, XD, E, t0: int):
+    """Per message: expected and delivered recipients, median and max
+    latency, duplicates, delivery ratio, publish time from t0."""
+    from pyspark.sql import functions as F
+
+    dups = E.where(F.col("type") == DUPLICATE).groupBy("msg").agg(F.count(F.lit(1)).alias("duplicates"))
+    agg = XD.groupBy("msg").agg(
+        F.count(F.lit(1)).alias("expected"),
+        F.sum(F.col("delivered").cast("int")).alias("delivered"),
+        F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
+        F.max("latency_ms").alias("latency_max_ms"),
     )
-    msgs = (
-        M.join(per_msg, "msg", "left")
+    return (
+        M.join(agg, "msg", "left")
         .join(dups, "msg", "left")
         .fillna(0, ["expected", "delivered", "duplicates"])
-        .withColumn(
-            "delivery_ratio",
-            F.when(F.col("expected") > 0, F.col("delivered") / F.col("expected")),
-        )
+        .withColumn("delivery_ratio", F.when(F.col("expected") > 0, F.col("delivered") / F.col("expected")))
         .withColumn("publish_t_s", (F.col("publish_ts") - F.lit(t0)) / 1e9)
     )
-    messages_path = out_dir / "messages.parquet"
-    msgs.write.mode("overwrite").parquet(str(messages_path))
-    msgs = spark.read.parquet(str(messages_path))
 
-    unexpected = Dl.join(XD.select("msg", "node"), ["msg", "node"], "left_anti").count()
 
-    # ---- overall latency, CDF and stretch
-    step("latency distribution")
+def latency_distribution(XD):
+    """One row: delivered count, the CDF's percentiles, max, mean, stretch percentiles."""
+    from pyspark.sql import functions as F
+
     pts = ", ".join(str(p) for p in CDF_POINTS)
-    lat = (
-        XD.where("delivered")
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.expr(f"percentile(latency_ms, array({pts}))").alias("q"),
-            F.max("latency_ms").alias("max"),
-            F.avg("latency_ms").alias("mean"),
-            F.expr("percentile(stretch, array(0.5, 0.9, 0.99))").alias("stretch_q"),
-            F.count("stretch").alias("stretch_n"),
-        )
-        .collect()[0]
+    return XD.where("delivered").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.expr(f"percentile(latency_ms, array({pts}))").alias("q"),
+        F.max("latency_ms").alias("max"),
+        F.avg("latency_ms").alias("mean"),
+        F.expr("percentile(stretch, array(0.5, 0.9, 0.99))").alias("stretch_q"),
+        F.count("stretch").alias("stretch_n"),
     )
-    qs = lat.q if lat.n else None
-    cdf = pd.DataFrame(
-        {"quantile": CDF_POINTS, "latency_ms": [float(v) for v in qs] if qs else [math.nan] * len(CDF_POINTS)}
-    )
-    _write_pandas(cdf if qs else cdf.iloc[0:0], out_dir / "latency_cdf.parquet")
 
-    # the per-message table is one row per message: reduce it on the driver
-    msg_pd = msgs.select("publish_ts", "expected", "delivered", "duplicates", "delivery_ratio").toPandas()
-    with_exp = msg_pd[msg_pd["expected"] > 0]
-    dup_hist = (
-        msg_pd.groupby("duplicates").size().reset_index(name="messages").sort_values("duplicates")
-        if len(msg_pd)
-        else pd.DataFrame({"duplicates": pd.Series([], dtype="int64"), "messages": pd.Series([], dtype="int64")})
-    )
-    _write_pandas(dup_hist, out_dir / "duplicates_hist.parquet")
 
-    # ---- time series (per second from t0)
-    step("time series")
+def time_series_delivery(XD, t0: int):
+    """Per second of publish time: messages, expected, delivered, latency p50/p99."""
+    from pyspark.sql import functions as F
+
     sec = F.floor((F.col("publish_ts") - F.lit(t0)) / NS).cast("long")
-    ts_msgs = (
+    return (
         XD.withColumn("t_s", sec)
         .groupBy("t_s")
         .agg(
@@ -529,12 +518,16 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
         )
         .withColumn("delivery_ratio", F.col("delivered") / F.col("expected"))
         .orderBy("t_s")
-        .toPandas()
     )
-    _write_pandas(ts_msgs, out_dir / "timeseries_delivery.parquet")
+
+
+def time_series_control(E, t0: int):
+    """Per second of event time: what went on the wire and what was delivered."""
+    from pyspark.sql import functions as F
+
     esec = F.floor((F.col("ts") - F.lit(t0)) / NS).cast("long")
     send = F.col("type") == SEND_RPC
-    ts_ctl = (
+    return (
         E.where(F.col("type").isin(SEND_RPC, DELIVER, DUPLICATE, DROP_RPC))
         .withColumn("t_s", esec)
         .groupBy("t_s")
@@ -551,61 +544,246 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
             F.sum(F.when(F.col("type") == DROP_RPC, 1).otherwise(0)).alias("dropped"),
         )
         .orderBy("t_s")
-        .toPandas()
     )
-    _write_pandas(ts_ctl, out_dir / "timeseries_control.parquet")
 
-    # ---- mesh degree over time
+
+def per_node_delivery(XD):
+    """Per node: messages it was expected to get, how many it got, median latency."""
+    from pyspark.sql import functions as F
+
+    return XD.groupBy("node").agg(
+        F.count(F.lit(1)).alias("expected"),
+        F.sum(F.col("delivered").cast("int")).alias("delivered_expected"),
+        F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
+    )
+
+
+def unexpected_deliveries(Dl, XD, M):
+    """First deliveries to a node that was not an expected recipient and is
+    not a publisher of the message (a publisher's own DELIVER, as go traces
+    it, is not a delivery to another subscriber)."""
+    from pyspark.sql import functions as F
+
+    return (
+        Dl.join(XD.select("msg", "node"), ["msg", "node"], "left_anti")
+        .join(M.select("msg", "publishers"), "msg", "left")
+        .where(F.col("publishers").isNull() | ~F.array_contains("publishers", F.col("node")))
+    )
+
+
+def unreceived_rpcs(E, Dn, traced: list[str], t_end: int):
+    """SEND_RPCs their receiver never recorded: per directed link the sends
+    beyond the receiver's RECV_RPC count, taken as the last ones (links
+    deliver in order). One row per such send with `in_flight`: the receiver
+    stayed up from the send to the end of the run, so the RPC was still on
+    its way when the traces ended rather than lost to churn. Only receivers
+    that wrote a trace count."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    sends = E.where((F.col("type") == SEND_RPC) & F.col("peer").isin(traced)).select(
+        F.col("node").alias("src"), F.col("peer").alias("dst"), "ts", "seq", "msg"
+    )
+    recvs = (
+        E.where((F.col("type") == RECV_RPC) & F.col("peer").isNotNull())
+        .groupBy(F.col("peer").alias("src"), F.col("node").alias("dst"))
+        .agg(F.count(F.lit(1)).alias("received"))
+    )
+    w = Window.partitionBy("src", "dst").orderBy("ts", "seq")
+    unmatched = (
+        sends.withColumn("k", F.row_number().over(w))
+        .join(recvs, ["src", "dst"], "left")
+        .where(F.col("k") > F.coalesce(F.col("received"), F.lit(0)))
+    )
+    lost = unmatched.join(
+        Dn, (Dn.d_node == unmatched.dst) & (Dn.d_end > unmatched.ts) & (Dn.d_start <= F.lit(t_end)), "left_semi"
+    ).select("src", "dst", "ts", "seq", F.lit(True).alias("lost"))
+    return (
+        unmatched.join(lost, ["src", "dst", "ts", "seq"], "left")
+        .withColumn("in_flight", F.col("lost").isNull())
+        .select("src", "dst", "ts", "msg", "in_flight")
+    )
+
+
+def messages_in_flight(XD, unreceived):
+    """Messages still propagating when the traces ended: an RPC carrying the
+    message (as its first message) to an expected recipient that had not got
+    it was still in flight at the end."""
+    from pyspark.sql import functions as F
+
+    pending = XD.where(~F.col("delivered")).select("msg", "node")
+    carriers = unreceived.where(F.col("in_flight") & F.col("msg").isNotNull()).select(
+        "msg", F.col("dst").alias("node")
+    )
+    return pending.join(carriers, ["msg", "node"], "left_semi").select("msg").distinct()
+
+
+def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, Any]:
+    """All the metrics of a run: writes RUN_DIR/metrics/*.parquet, returns the summary."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    def step(name: str) -> None:
+        if progress:
+            progress(name)
+
+    out_dir = run.metrics_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    E = spark.read.parquet(str(events_dir)).persist(StorageLevel.MEMORY_AND_DISK)
+
+    step("per-node counts")
+    per_node = node_counts(E).toPandas()
+    structure = structure_events(E)
+    ctx = build_context(run, per_node, structure)
+    t0 = ctx.t0
+    n_events = int(per_node["events"].sum()) if len(per_node) else 0
+    _size_session(spark, n_events)
+
+    S = F.broadcast(
+        local_frame(spark, ctx.subscriptions, [("s_node", "string"), ("s_topic", "string"), ("s_start", "long"),
+                                               ("s_end", "long")])
+    )
+    Dn = F.broadcast(local_frame(spark, ctx.down, [("d_node", "string"), ("d_start", "long"), ("d_end", "long")]))
+
+    step("messages and expected recipients")
+    M = messages(spark, E, ctx).persist()
+    X = expected_recipients(M, S, Dn)
+    Dl = first_deliveries(E).persist()
+
+    step("lower bound (shortest paths)")
+    edges = run.topology_edges()
+    sources = sorted(
+        set(per_node.loc[per_node["published"] > 0, "node"].dropna())
+        | {p for e in ctx.publishes for p in ([e["node"]] if e.get("node") else e.get("via") or [])}
+    )
+    XD = lower_bound(spark, deliveries(X, Dl), edges, sources).persist(StorageLevel.MEMORY_AND_DISK)
+
+    step("deliveries table")
+    _write_spark(
+        XD.select(
+            "msg", "topic", "node", "publish_ts", "deliver_ts", "delivered", "latency_ms", "lower_bound_ms", "stretch"
+        ),
+        out_dir / "deliveries.parquet",
+    )
+
+    step("per-message metrics")
+    msg_pd = _write_spark(per_message(M, XD, E, t0), out_dir / "messages.parquet")
+    unexpected = unexpected_deliveries(Dl, XD, M).count()
+
+    step("latency distribution")
+    lat = latency_distribution(XD).collect()[0]
+    qs = lat.q if lat.n else None
+    cdf = pd.DataFrame(
+        {"quantile": CDF_POINTS, "latency_ms": [float(v) for v in qs] if qs else [math.nan] * len(CDF_POINTS)}
+    )
+    _write_pandas(cdf if qs else cdf.iloc[0:0], out_dir / "latency_cdf.parquet")
+    with_exp = msg_pd[msg_pd["expected"] > 0]
+    dup_hist = (
+        msg_pd.groupby("duplicates").size().reset_index(name="messages").sort_values("duplicates")
+        if len(msg_pd)
+        else pd.DataFrame({"duplicates": pd.Series([], dtype="int64"), "messages": pd.Series([], dtype="int64")})
+    )
+    _write_pandas(dup_hist, out_dir / "duplicates_hist.parquet")
+
+    step("time series")
+    _write_pandas(time_series_delivery(XD, t0).toPandas(), out_dir / "timeseries_delivery.parquet")
+    _write_pandas(time_series_control(E, t0).toPandas(), out_dir / "timeseries_control.parquet")
+
     step("mesh degree")
-    mesh_samples, mesh_hist = _mesh_degree(spark, E, ctx, S, Dn)
+    mesh_samples, mesh_hist = mesh_degree(structure, ctx)
     _write_pandas(mesh_samples, out_dir / "mesh_degree.parquet")
     _write_pandas(mesh_hist, out_dir / "mesh_degree_hist.parquet")
 
-    # ---- per node
     step("per-node load")
-    per_node_x = (
-        XD.groupBy("node")
-        .agg(
-            F.count(F.lit(1)).alias("expected"),
-            F.sum(F.col("delivered").cast("int")).alias("delivered_expected"),
-            F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
-        )
-        .toPandas()
-    )
     nodes_df = pd.DataFrame({"node": ctx.nodes})
     nodes_df = nodes_df.merge(per_node[per_node["node"].notna()], on="node", how="left").merge(
-        per_node_x, on="node", how="left"
+        per_node_delivery(XD).toPandas(), on="node", how="left"
     )
     count_cols = [c for c in nodes_df.columns if c not in ("node", "first_ts", "last_ts", "latency_p50_ms")]
     nodes_df[count_cols] = nodes_df[count_cols].fillna(0).astype("int64")
-    nodes_df["delivery_ratio"] = nodes_df["delivered_expected"] / nodes_df["expected"].where(
-        nodes_df["expected"] > 0
-    )
+    nodes_df["delivery_ratio"] = nodes_df["delivered_expected"] / nodes_df["expected"].where(nodes_df["expected"] > 0)
     has_sizes = bool(per_node["bytes_sent"].notna().any()) if len(per_node) else False
     _write_pandas(nodes_df, out_dir / "nodes.parquet")
 
+    step("messages in flight at the end")
+    traced = sorted(per_node["node"].dropna())
+    U = unreceived_rpcs(E, Dn, traced, ctx.t_end).persist()
+    u = U.agg(
+        F.count(F.lit(1)).alias("n"), F.sum(F.col("in_flight").cast("int")).alias("in_flight")
+    ).collect()[0]
+    in_flight_msgs = messages_in_flight(XD, U).count() if u.in_flight else 0
+
+    step("recovery after churn")
+    recovery = recovery_after_churn(msg_pd, ctx.churn, t0, ctx.t_end)
+    for df in (U, XD, Dl, M, E):
+        df.unpersist()
+
+    return summarize(
+        run, ctx, per_node, nodes_df, msg_pd, with_exp, lat, qs, mesh_samples, recovery,
+        unexpected=int(unexpected),
+        has_lb=bool(edges),
+        has_sizes=has_sizes,
+        in_flight={
+            "rpcs_unreceived": int(u.n),
+            "rpcs_in_flight_at_end": int(u.in_flight or 0),
+            "messages_propagating_at_end": int(in_flight_msgs),
+        },
+    )
+
+
+def _size_session(spark, n_events: int) -> None:
+    """Shuffle partitions sized to the data and the cores (about 250k events
+    each, at most two per core); whole-stage code generation only where it
+    pays off: on small inputs compiling the generated code costs more than it
+    saves, and so does adaptive execution's re-planning at every stage."""
+    from analysis.spark import parallelism
+
+    cores = parallelism(spark)
+    big = n_events >= CODEGEN_MIN_EVENTS
+    spark.conf.set("spark.sql.codegen.wholeStage", "true" if big else "false")
+    spark.conf.set("spark.sql.adaptive.enabled", "true" if big else "false")
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(1, min(2 * cores, n_events // 250_000))))
+
+
+def summarize(
+    run: RunDir,
+    ctx: Context,
+    per_node: pd.DataFrame,
+    nodes_df: pd.DataFrame,
+    msg_pd: pd.DataFrame,
+    with_exp: pd.DataFrame,
+    lat,
+    qs,
+    mesh_samples: pd.DataFrame,
+    recovery: list[dict[str, Any]],
+    unexpected: int,
+    has_lb: bool,
+    has_sizes: bool,
+    in_flight: dict[str, int],
+) -> dict[str, Any]:
+    """summary.json's figures from the stages' driver-side results."""
+    t0 = ctx.t0
+    n_events = int(per_node["events"].sum()) if len(per_node) else 0
     load_basis = "bytes_sent" if has_sizes else "rpcs_sent"
     load = nodes_df[load_basis].astype(float).tolist()
     mean_load = sum(load) / len(load) if load else 0.0
-
-    # ---- recovery after churn
-    step("recovery after churn")
-    recovery = recovery_after_churn(msg_pd, ctx.churn, t0, ctx.t_end)
-
-    # ---- summary
     delivered = int(msg_pd["delivered"].sum())
     expected = int(msg_pd["expected"].sum())
-    messages = len(msg_pd)
+    n_messages = len(msg_pd)
     duplicates = int(msg_pd["duplicates"].sum())
-    transmissions = int(per_node["msgs_sent"].sum()) if len(per_node) else 0
-    all_deliveries = delivered + int(unexpected)
+
+    def total(col: str) -> int:
+        return int(per_node[col].sum()) if len(per_node) else 0
+
+    transmissions = total("msgs_sent")
+    all_deliveries = delivered + unexpected
     control = {
         "publish": transmissions,
-        "deliver": int(per_node["delivered"].sum()) if len(per_node) else 0,
-        "graft": int(per_node["graft_sent"].sum()) if len(per_node) else 0,
-        "prune": int(per_node["prune_sent"].sum()) if len(per_node) else 0,
-        "ihave": int(per_node["ihave_sent"].sum()) if len(per_node) else 0,
-        "iwant": int(per_node["iwant_sent"].sum()) if len(per_node) else 0,
+        "deliver": total("delivered"),
+        "graft": total("graft_sent"),
+        "prune": total("prune_sent"),
+        "ihave": total("ihave_sent"),
+        "iwant": total("iwant_sent"),
     }
     latency = {
         "p50": _pct(qs, 50),
@@ -635,26 +813,23 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
         "backend": run.manifest.get("backend"),
         "nodes": len(ctx.nodes),
         "events": n_events,
-        "messages": messages,
+        "messages": n_messages,
         "expected_deliveries": expected,
         "deliveries": delivered,
-        "unexpected_deliveries": int(unexpected),
+        "unexpected_deliveries": unexpected,
+        "deliver_events": total("delivered"),
         "delivery_ratio": delivered / expected if expected else None,
         "messages_lost": int((with_exp["delivered"] == 0).sum()),
         "messages_complete": int((with_exp["delivered"] == with_exp["expected"]).sum()),
         "min_message_delivery_ratio": float(with_exp["delivery_ratio"].min()) if len(with_exp) else None,
         "latency_ms": latency,
         "duplicates": duplicates,
-        "duplicates_per_message": duplicates / messages if messages else None,
+        "duplicates_per_message": duplicates / n_messages if n_messages else None,
         "duplicates_per_delivery": duplicates / all_deliveries if all_deliveries else None,
         "transmissions": transmissions,
         "amplification": transmissions / all_deliveries if all_deliveries else None,
         "control": control,
-        "rpcs": {
-            "sent": int(per_node["rpcs_sent"].sum()) if len(per_node) else 0,
-            "received": int(per_node["rpcs_received"].sum()) if len(per_node) else 0,
-            "dropped": int(per_node["rpcs_dropped"].sum()) if len(per_node) else 0,
-        },
+        "rpcs": {"sent": total("rpcs_sent"), "received": total("rpcs_received"), "dropped": total("rpcs_dropped")},
         "bytes": {
             "sent": int(nodes_df["bytes_sent"].sum()) if has_sizes else None,
             "received": int(nodes_df["bytes_received"].sum()) if has_sizes else None,
@@ -671,6 +846,7 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
         "recovery": recovery,
         "recovery_max_s": recovery_max,
         "recovered_all": (all(r["recovered"] for r in rec_done) if rec_done else None),
+        "in_flight": in_flight,
         "t0_ns": t0,
         "duration_s": (ctx.t_end - t0) / NS if ctx.t_end > t0 else 0.0,
     }
@@ -696,84 +872,97 @@ def flat_aliases(summary: dict[str, Any]) -> dict[str, Any]:
     out["load_gini"] = summary["load"]["gini"]
     out["load_max_over_mean"] = summary["load"]["max_over_mean"]
     out["dropped_rpcs"] = summary["rpcs"]["dropped"]
+    for k, v in summary["in_flight"].items():
+        out[k] = v
     return out
 
 
-def _mesh_degree(spark, E, ctx: Context, S, Dn) -> tuple[pd.DataFrame, pd.DataFrame]:
+def mesh_degree(rows: pd.DataFrame, ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Each node's mesh per topic, rebuilt from its GRAFT/PRUNE events (peer
     added to / removed from the mesh), REMOVE_PEER (gone from every topic's
     mesh), LEAVE (mesh of that topic emptied) and node_down (all state lost),
-    sampled at t0 + k seconds while the node is up and subscribed."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    sampled at t0 + k seconds while the node is up and subscribed.
 
-    gp = E.where(F.col("type").isin(GRAFT, PRUNE)).select(
-        "node", "topic", "peer", "ts", "seq", F.when(F.col("type") == GRAFT, 1).otherwise(0).alias("state")
-    )
-    links = gp.select("node", "topic", "peer").distinct()
-    removed = (
-        E.where(F.col("type") == REMOVE_PEER)
-        .select("node", "peer", "ts", "seq")
-        .join(links, ["node", "peer"])
-        .select("node", "topic", "peer", "ts", "seq", F.lit(0).alias("state"))
-    )
-    left = (
-        E.where(F.col("type") == LEAVE)
-        .select("node", "topic", "ts", "seq")
-        .join(links, ["node", "topic"])
-        .select("node", "topic", "peer", "ts", "seq", F.lit(0).alias("state"))
-    )
-    parts = [gp, removed, left]
-    if ctx.resets:
-        R = spark.createDataFrame(ctx.resets, "node string, ts long")
-        parts.append(
-            R.join(links, ["node"]).select(
-                "node", "topic", "peer", "ts", F.lit(-1).cast("long").alias("seq"), F.lit(0).alias("state")
-            )
-        )
-    ev = parts[0]
-    for p in parts[1:]:
-        ev = ev.unionByName(p)
-    w = Window.partitionBy("node", "topic", "peer").orderBy("ts", "seq")
-    deltas = (
-        ev.withColumn("delta", F.col("state") - F.lag("state", 1, 0).over(w))
-        .where(F.col("delta") != 0)
-    )
-    w2 = Window.partitionBy("node", "topic").orderBy("ts", "seq", "peer").rowsBetween(
-        Window.unboundedPreceding, 0
-    )
-    # sample k covers events with ts <= t0 + k s
-    degree = deltas.withColumn("degree", F.sum("delta").over(w2)).withColumn(
-        "k", F.greatest(F.ceil((F.col("ts") - F.lit(ctx.t0)) / NS).cast("long"), F.lit(0).cast("long"))
-    )
-    wlast = Window.partitionBy("node", "topic", "k").orderBy(F.col("ts").desc(), F.col("seq").desc(), F.col("peer").desc())
-    last = degree.withColumn("rn", F.row_number().over(wlast)).where("rn = 1").select("node", "topic", "k", "degree")
+    `rows` are the structure events (structure_events); the driver replays
+    them, with numpy for the per-second grid."""
+    import numpy as np
+
+    # per mesh link (node, topic, peer): its state changes (ts, seq, state)
+    changes: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
+    for node, typ, topic, peer, ts, seq in rows[rows["type"].isin([GRAFT, PRUNE])].itertuples(index=False):
+        changes[(node, topic, peer)].append((int(ts), int(seq), 1 if typ == GRAFT else 0))
+    by_node_peer: dict[tuple, list] = defaultdict(list)
+    by_node_topic: dict[tuple, list] = defaultdict(list)
+    by_node: dict[str, list] = defaultdict(list)
+    for link in list(changes):
+        node, topic, peer = link
+        by_node_peer[(node, peer)].append(link)
+        by_node_topic[(node, topic)].append(link)
+        by_node[node].append(link)
+    for node, typ, topic, peer, ts, seq in rows[rows["type"].isin([REMOVE_PEER, LEAVE])].itertuples(index=False):
+        links = by_node_peer.get((node, peer), ()) if typ == REMOVE_PEER else by_node_topic.get((node, topic), ())
+        for link in links:
+            changes[link].append((int(ts), int(seq), 0))
+    for node, ts in ctx.resets:
+        for link in by_node.get(node, ()):
+            changes[link].append((int(ts), -1, 0))
+
+    def peer_key(peer):  # Spark orders nulls first
+        return (peer is not None, peer or "")
+
+    # per (node, topic): degree steps (ts, seq, peer, delta) in order, then the last degree per sample k
+    steps: dict[tuple, list[tuple]] = defaultdict(list)
+    for (node, topic, peer), evs in changes.items():
+        evs.sort()
+        state = 0
+        for ts, seq, new in evs:
+            if new != state:
+                steps[(node, topic)].append((ts, seq, peer_key(peer), new - state))
+                state = new
+    t0 = ctx.t0
     k_end = max(0, math.ceil((ctx.t_end - ctx.t0) / NS))
-    grid = (
-        S.select(F.col("s_node").alias("node"), F.col("s_topic").alias("topic"))
-        .distinct()
-        .crossJoin(spark.range(0, k_end + 1).withColumnRenamed("id", "k"))
-    )
-    wf = Window.partitionBy("node", "topic").orderBy("k").rowsBetween(Window.unboundedPreceding, 0)
-    filled = (
-        grid.join(last, ["node", "topic", "k"], "left")
-        .withColumn("degree", F.coalesce(F.last("degree", ignorenulls=True).over(wf), F.lit(0)))
-        .withColumn("sample_ts", F.lit(ctx.t0) + F.col("k") * NS)
-    )
-    # only while subscribed and up
-    sampled = filled.join(
-        S,
-        (S.s_node == filled.node)
-        & (S.s_topic == filled.topic)
-        & (S.s_start <= filled.sample_ts)
-        & (filled.sample_ts < S.s_end),
-        "left_semi",
-    ).join(
-        Dn, (Dn.d_node == filled.node) & (Dn.d_start <= filled.sample_ts) & (filled.sample_ts < Dn.d_end), "left_anti"
-    )
-    samples = sampled.select(F.col("k").alias("t_s"), "node", "topic", F.col("degree").cast("int")).orderBy(
-        "t_s", "node", "topic"
-    ).toPandas()
+    ks = np.arange(k_end + 1, dtype=np.int64)
+    sample_ts = t0 + ks * NS
+    subs: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+    for node, topic, start, end in ctx.subscriptions:
+        subs[(node, topic)].append((start, end))
+    downs: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for node, start, end in ctx.down:
+        downs[node].append((start, end))
+    frames = []
+    for (node, topic), intervals in sorted(subs.items()):
+        st = sorted(steps.get((node, topic), ()))
+        degree = np.zeros(len(ks), dtype=np.int64)
+        if st:
+            last_k: dict[int, int] = {}
+            level = 0
+            for ts, _seq, _peer, delta in st:
+                level += delta
+                last_k[max(math.ceil((ts - t0) / NS), 0)] = level
+            kk = np.array(sorted(last_k), dtype=np.int64)
+            vals = np.array([last_k[k] for k in kk], dtype=np.int64)
+            idx = np.searchsorted(kk, ks, side="right") - 1
+            degree = np.where(idx >= 0, vals[np.maximum(idx, 0)], 0)
+        keep = np.zeros(len(ks), dtype=bool)
+        for start, end in intervals:
+            keep |= (start <= sample_ts) & (sample_ts < end)
+        for start, end in downs.get(node, ()):
+            keep &= ~((start <= sample_ts) & (sample_ts < end))
+        if keep.any():
+            frames.append(pd.DataFrame({"t_s": ks[keep], "node": node, "topic": topic, "degree": degree[keep]}))
+    if frames:
+        samples = pd.concat(frames, ignore_index=True)
+        samples["degree"] = samples["degree"].astype("int32")
+        samples = samples.sort_values(["t_s", "node", "topic"], kind="stable").reset_index(drop=True)
+    else:
+        samples = pd.DataFrame(
+            {
+                "t_s": pd.Series([], dtype="int64"),
+                "node": pd.Series([], dtype="object"),
+                "topic": pd.Series([], dtype="object"),
+                "degree": pd.Series([], dtype="int32"),
+            }
+        )
     hist = (
         samples.groupby("degree").size().reset_index(name="samples")
         if len(samples)

@@ -267,12 +267,30 @@ def _banners(d: dict[str, Any]) -> str:
         cls = "banner danger" if lag else "banner warn"
         title = "Event-loop lag: " if lag else "Warning: "
         out.append(f'<div class="{cls}"><strong>{title}</strong>{esc(w)}</div>')
-    if not run.has_events:
+    s = d["summary"]
+    integrity = s.get("trace_integrity") or {}
+    if integrity.get("damaged_nodes"):
         out.append(
-            '<div class="banner info">No events.jsonl: nodes count as up between their first and last trace '
-            "event; churn markers and recovery are not available.</div>"
+            '<div class="banner danger"><strong>Damaged traces:</strong> the trace files of '
+            + esc(", ".join(integrity["damaged_nodes"]))
+            + f" could not be read whole ({integrity.get('truncated', 0)} cut mid-record, "
+            f"{integrity.get('corrupt', 0)} with bytes that are not trace records, "
+            f"{integrity.get('bytes_skipped', 0)} bytes skipped); deliveries and counts from them are "
+            "missing, so the figures below undercount.</div>"
         )
-    failed = [e for e in d["summary"].get("expectations") or [] if not e["passed"]]
+    for missing in s.get("missing_files") or []:
+        out.append(
+            f'<div class="banner warn"><strong>No {esc(missing["file"])}:</strong> {esc(missing["affects"])}.</div>'
+        )
+    in_flight = s.get("in_flight") or {}
+    if in_flight.get("messages_propagating_at_end"):
+        out.append(
+            '<div class="banner warn"><strong>Stopped while messages were in flight:</strong> '
+            f"{in_flight.get('rpcs_in_flight_at_end', 0)} RPCs were still on their way and "
+            f"{in_flight.get('messages_propagating_at_end', 0)} messages still propagating when the traces "
+            "ended; a longer linger would let them arrive.</div>"
+        )
+    failed = [e for e in s.get("expectations") or [] if not e["passed"]]
     if failed:
         out.append(
             '<div class="banner danger"><strong>Expectations failed:</strong> '
@@ -359,6 +377,9 @@ SUMMARY_ROWS = [
     ("RPCs sent", "rpcs_sent"), ("RPCs dropped", "rpcs_dropped"), ("bytes sent", "bytes_sent"),
     ("load Gini", "load_gini"), ("load max/mean", "load_max_over_mean"),
     ("mesh degree mean", "mesh_degree_mean"), ("recovery after churn, max (s)", "recovery_max_s"),
+    ("DELIVER events (raw, as go's tracestat)", "deliver_events"),
+    ("RPCs in flight at the end", "rpcs_in_flight_at_end"),
+    ("messages propagating at the end", "messages_propagating_at_end"),
 ]
 
 

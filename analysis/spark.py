@@ -1,9 +1,16 @@
 """One Spark session per process, quiet and quick to start.
 
-The master comes from, in order: the caller (`--spark-master`), $SPARK_MASTER,
-spark-defaults.conf (`spark.master`), else local[*]. Our own defaults (UI off,
-few shuffle partitions, driver memory) never override a value set in
-spark-defaults.conf, so a cluster's settings win.
+Two kinds of session. A Spark Connect session (`--spark-remote sc://...` or
+$SPARK_REMOTE, as Spark users expect; `testbed spark start` runs a local
+server) costs a gRPC channel, not a JVM: the warm path. A classic session
+starts its own JVM; its master comes from, in order: the caller
+(`--spark-master`), $SPARK_MASTER, spark-defaults.conf (`spark.master`), else
+local[*]. Our own defaults (UI off, few shuffle partitions, driver memory)
+never override a value set in spark-defaults.conf, so a cluster's settings win.
+
+`start_in_background` begins a classic session's JVM start in a thread, so
+that `testbed run` can hide it behind the experiment; `get_spark` then waits
+for that start instead of beginning another.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -86,23 +94,10 @@ def _driver_memory() -> str:
 SMALL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-def get_spark(master: str | None = None, small: bool = False):
-    """The process's SparkSession, created on first use. `small`: the input
-    is small, prefer a quick JVM start over peak throughput."""
-    if not java_available():
-        raise BackendUnavailable(
-            "the analysis needs Java for PySpark, and no `java` was found (install a JRE 17, or set JAVA_HOME)"
-        )
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
+def session_conf(master: str, small: bool) -> dict[str, str]:
+    """Our defaults for a session (or a Connect server) on `master`; values
+    set in spark-defaults.conf are left out so that they win."""
     defaults = _spark_defaults()
-    master = master or os.environ.get("SPARK_MASTER") or defaults.get("spark.master") or "local[*]"
     cores = os.cpu_count() or 2
     log4j = _log4j_file()
     ours = {
@@ -117,14 +112,105 @@ def get_spark(master: str | None = None, small: bool = False):
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}"
         + (f" {SMALL_JVM_OPTIONS}" if small else ""),
         "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
-        "spark.driver.host": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
-        if master.startswith("local")
-        else "",
+        "spark.driver.host": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1") if master.startswith("local") else "",
     }
+    return {k: v for k, v in ours.items() if v and k not in defaults}
+
+
+def default_master(master: str | None = None) -> str:
+    return master or os.environ.get("SPARK_MASTER") or _spark_defaults().get("spark.master") or "local[*]"
+
+
+_background: dict[str, threading.Thread] = {}
+_background_error: list[BaseException] = []
+
+
+def start_in_background(master: str | None = None, small: bool = True) -> None:
+    """Begin starting a classic session in a daemon thread; the next
+    `get_spark` waits for it. Does nothing without Java, or when called twice."""
+    if not java_available() or "thread" in _background:
+        return
+
+    def start() -> None:
+        try:
+            _classic(master, small)
+        except BaseException as exc:  # noqa: BLE001 - reported by the get_spark that waits for it
+            _background_error.append(exc)
+
+    t = threading.Thread(target=start, name="spark-start", daemon=True)
+    _background["thread"] = t
+    t.start()
+
+
+def get_spark(master: str | None = None, small: bool = False, remote: str | None = None):
+    """The process's SparkSession, created on first use: a Connect session
+    when `remote` (or $SPARK_REMOTE) names a server, else a classic one.
+    `small`: the input is small, prefer a quick JVM start over peak throughput."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
+    remote = remote or os.environ.get("SPARK_REMOTE")
+    if remote and not master:
+        return _connect(remote)
+    pending = _background.get("thread")
+    if pending is not None:
+        pending.join()
+        if _background_error:
+            raise _background_error[0]
+    return _classic(master, small)
+
+
+CONNECT_DEFAULT_PORT = 15002  # Spark Connect's default
+
+
+def _reachable(remote: str) -> bool:
+    """Whether anything listens at an sc://host[:port][/;params] URL: the
+    Connect client would otherwise retry for minutes before giving up."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(remote)
+        host, port = url.hostname, url.port or CONNECT_DEFAULT_PORT
+    except ValueError:
+        return False
+    if url.scheme != "sc" or not host:
+        return False
+    try:
+        with socket.create_connection((host, port), timeout=3.0):
+            return True
+    except OSError:
+        return False
+
+
+def _connect(remote: str):
+    from pyspark.sql import SparkSession
+
+    if not _reachable(remote):
+        raise BackendUnavailable(
+            f"no Spark Connect server answers at {remote} (start one with `testbed spark start`, "
+            "or check --spark-remote / $SPARK_REMOTE)"
+        )
+    try:
+        return SparkSession.builder.remote(remote).getOrCreate()
+    except Exception as exc:  # the client's dependencies missing, or a bad URL
+        raise BackendUnavailable(f"could not connect to Spark Connect at {remote}: {exc}") from None
+
+
+def _classic(master: str | None, small: bool):
+    if not java_available():
+        raise BackendUnavailable(
+            "the analysis needs Java for PySpark, and no `java` was found (install a JRE 17, or set JAVA_HOME)"
+        )
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    master = default_master(master)
     builder = SparkSession.builder.master(master).appName("gossip-testbed analysis")
-    for key, value in ours.items():
-        if value and key not in defaults:
-            builder = builder.config(key, value)
+    for key, value in session_conf(master, small).items():
+        builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
     except Exception as exc:  # Java present but the JVM would not start
@@ -142,3 +228,14 @@ def start_seconds() -> float:
     elapsed = time.monotonic() - started
     spark.stop()
     return elapsed
+
+
+def parallelism(spark) -> int:
+    """The session's default parallelism: the context's on a classic
+    session; a Connect client cannot see the context, so the server's
+    `spark.default.parallelism` (set by `testbed spark start`), else this host's cores."""
+    try:
+        return int(spark.sparkContext.defaultParallelism or 2)
+    except Exception:  # noqa: BLE001 - a Connect session has no sparkContext
+        value = spark.conf.get("spark.default.parallelism", None)
+        return int(value) if value else (os.cpu_count() or 2)

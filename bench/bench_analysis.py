@@ -1,10 +1,14 @@
-"""Benchmark of `testbed analyze`: a synthetic run directory with N trace
-events (default 1M), the Spark analysis' wall time and peak memory (driver +
-JVM + workers: the whole process tree), and the same headline metrics from a
-plain single-process pandas/pyarrow baseline, checked to agree.
+"""Benchmark of `testbed analyze`, side by side in one run and on the same
+data: a bare Spark start (a new process: SparkSession + one count), `testbed
+analyze` cold (a new process starting its own JVM), `testbed analyze` warm
+through a Spark Connect server (`testbed spark start`; the second of two
+analyses), and a plain single-process pandas/pyarrow baseline computing the
+same headline figures, checked to agree. For each size: a synthetic run
+directory with N trace events; wall time and peak RSS of the whole process
+tree (CLI, JVM, decoding workers; the Connect server's tree too).
 
-    .venv/bin/python bench/bench_analysis.py --events 1000000
-    .venv/bin/python bench/bench_analysis.py --events 10000000 --keep /tmp/bench10m
+    .venv/bin/python bench/bench_analysis.py                     # 3k, 1M, 10M events
+    .venv/bin/python bench/bench_analysis.py --events 3000,1000000
 
 Frames are encoded by hand (the TraceEvent wire format is small), so
 generating 10M events takes about a minute, not ten.
@@ -17,6 +21,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -116,9 +121,9 @@ def generate(root: Path, events: int, nodes: int = 200, seed: int = 1) -> dict:
 # --------------------------------------------------------------------------- memory
 
 
-def _tree_rss(pid: int) -> int:
+def _tree_rss(pids: list[int]) -> int:
     total = 0
-    stack = [pid]
+    stack = list(pids)
     while stack:
         p = stack.pop()
         try:
@@ -136,16 +141,18 @@ def _tree_rss(pid: int) -> int:
 
 
 class PeakRss:
-    """Peak RSS of this process and all its descendants, sampled every 100 ms."""
+    """Peak RSS of this process and all its descendants (and of `extra` process
+    trees, e.g. a Connect server), sampled every 100 ms."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: list[int] | None = None) -> None:
+        self.pids = [os.getpid(), *(extra or [])]
         self.peak = 0
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, _tree_rss(os.getpid()))
+            self.peak = max(self.peak, _tree_rss(self.pids))
             self._stop.wait(0.1)
 
     def __enter__(self) -> PeakRss:
@@ -155,7 +162,7 @@ class PeakRss:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._t.join()
-        self.peak = max(self.peak, _tree_rss(os.getpid()))
+        self.peak = max(self.peak, _tree_rss(self.pids))
 
 
 # --------------------------------------------------------------------------- baseline
@@ -196,69 +203,95 @@ def baseline(root: Path) -> dict:
     }
 
 
+REPO = Path(__file__).resolve().parent.parent
+TESTBED = Path(sys.executable).parent / "testbed"
+HEADLINE = ("messages", "delivery_ratio", "latency_p50_ms", "latency_p99_ms", "duplicates")
+BARE_START = (
+    "from analysis.spark import get_spark; s = get_spark(small=True); s.range(1).count()"
+)
+
+
+def timed(argv: list[str], env: dict[str, str], extra: list[int] | None = None) -> tuple[float, int, str]:
+    """Wall seconds, peak RSS of the tree and stdout of one command."""
+    with PeakRss(extra) as mem:
+        t = time.monotonic()
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
+        wall = time.monotonic() - t
+    if out.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} exited {out.returncode}: {out.stderr.strip()[-500:]}")
+    return wall, mem.peak, out.stdout
+
+
+def agree(a: dict, b: dict) -> bool:
+    ok = True
+    for key in HEADLINE:
+        x, y = a.get(key), b.get(key)
+        same = x == y if isinstance(x, int) else (
+            x is not None and y is not None and abs(x - y) <= 1e-6 * max(1, abs(y)))
+        ok &= bool(same)
+    return ok
+
+
+def load() -> str:
+    return "load average " + " / ".join(f"{v:.1f}" for v in os.getloadavg()) + f" on {os.cpu_count()} cores"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--events", default="3000,1000000,10000000", help="comma-separated sizes")
     ap.add_argument("--nodes", type=int, default=200)
-    ap.add_argument("--keep", type=Path, help="generate into (and keep) this directory")
-    ap.add_argument("--spark-master", default=None)
     ap.add_argument("--skip-baseline", action="store_true")
     args = ap.parse_args()
+    sizes = [int(x) for x in args.events.split(",") if x]
 
-    import analysis
-
-    root = args.keep or Path(tempfile.mkdtemp(prefix="bench-run-"))
-    if root.exists() and args.keep:
-        shutil.rmtree(root)
-    root.mkdir(parents=True, exist_ok=True)
-    t = time.monotonic()
-    gen = generate(root, args.events, args.nodes)
-    gen_s = time.monotonic() - t
-    size = sum(p.stat().st_size for p in (root / "traces").iterdir())
-    print(f"generated {gen['events']:,} events ({gen['messages']:,} messages, {gen['nodes']} nodes, "
-          f"{size / 2**20:.0f} MiB of traces) in {gen_s:.1f} s")
-
-    b = None
-    if not args.skip_baseline:  # first, so no JVM is in the process tree yet
-        with PeakRss() as bmem:
+    work = Path(tempfile.mkdtemp(prefix="bench-analysis-"))
+    cold_env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE",)}
+    cold_env["TESTBED_STATE_DIR"] = str(work / "state-cold")  # no Connect server there
+    warm_env = dict(cold_env, TESTBED_STATE_DIR=str(work / "state-warm"))
+    print(f"host: {load()} (other jobs share this machine)")
+    try:
+        bare_s, bare_rss, _ = timed([sys.executable, "-c", BARE_START], cold_env)
+        print(f"bare Spark start (new process, session + one count): {bare_s:.1f} s, peak RSS {bare_rss / 2**30:.2f} GiB")
+        start_s, _, out = timed([str(TESTBED), "spark", "start", "--json"], warm_env)
+        server = json.loads(out)
+        print(f"testbed spark start: {start_s:.1f} s ({server['url']})")
+        rows = []
+        for n in sizes:
+            root = work / f"run-{n}"
             t = time.monotonic()
-            b = baseline(root)
-            base_s = time.monotonic() - t
-        print(f"pandas baseline: {base_s:.1f} s wall, peak RSS {bmem.peak / 2**30:.2f} GiB")
-
-    stages: dict[str, float] = {}
-    last = [time.monotonic(), "start"]
-
-    def progress(stage: str, frac) -> None:
-        if stage != last[1]:
-            now = time.monotonic()
-            stages[last[1]] = stages.get(last[1], 0.0) + now - last[0]
-            last[0], last[1] = now, stage
-
-    with PeakRss() as mem:
-        t = time.monotonic()
-        s = analysis.run_analysis(root, spark_master=args.spark_master, progress=progress)
-        spark_s = time.monotonic() - t
-    print(f"spark analysis: {spark_s:.1f} s wall, peak RSS (driver + JVM + workers) {mem.peak / 2**30:.2f} GiB")
-    for k, v in stages.items():
-        if k not in ("start",):
-            print(f"    {k:<34} {v:7.1f} s")
-
-    ok = True
-    if b is not None:
-        print(f"{'metric':<18}{'spark':>14}{'baseline':>14}")
-        for key in ("messages", "delivery_ratio", "latency_p50_ms", "latency_p99_ms", "duplicates"):
-            a, c = s.get(key), b.get(key)
-            if isinstance(a, int):
-                same = a == c
-            else:
-                same = a is not None and c is not None and abs(a - c) <= 1e-6 * max(1, abs(c))
-            ok &= bool(same)
-            print(f"{key:<18}{a!s:>14.10}{c!s:>14.10}  {'ok' if same else 'DIFFERENT'}")
-    if not args.keep:
-        shutil.rmtree(root, ignore_errors=True)
-    print("agree" if ok else "DISAGREE")
-    return 0 if ok else 1
+            gen = generate(root, n, args.nodes)
+            size = sum(p.stat().st_size for p in (root / "traces").iterdir())
+            print(f"\n{gen['events']:,} events ({gen['messages']:,} messages, {gen['nodes']} nodes, "
+                  f"{size / 2**20:.0f} MiB of traces) generated in {time.monotonic() - t:.1f} s; {load()}")
+            b = None
+            if not args.skip_baseline:
+                with PeakRss() as bmem:
+                    t = time.monotonic()
+                    b = baseline(root)
+                    rows.append((n, "pandas baseline", time.monotonic() - t, bmem.peak))
+            cold_s, cold_rss, out = timed([str(TESTBED), "analyze", str(root), "--json"], cold_env)
+            cold = json.loads(out)
+            rows.append((n, "analyze cold", cold_s, cold_rss))
+            timed([str(TESTBED), "analyze", str(root), "--json"], warm_env, [server["pid"]])
+            warm_s, warm_rss, out = timed([str(TESTBED), "analyze", str(root), "--json"], warm_env, [server["pid"]])
+            warm = json.loads(out)
+            rows.append((n, "analyze warm (Connect)", warm_s, warm_rss))
+            same = agree(warm, cold) and (b is None or agree(cold, b))
+            for row in rows[-3 if b else -2:]:
+                print(f"  {row[1]:<24}{row[2]:8.1f} s   peak RSS {row[3] / 2**30:5.2f} GiB")
+            print(f"  bare-start ratio: cold / bare start = {cold_s / bare_s:.2f}; headline figures "
+                  + ("agree" if same else "DISAGREE"))
+            shutil.rmtree(root, ignore_errors=True)
+            if not same:
+                return 1
+        print(f"\n{'events':>12}  {'what':<24}{'wall s':>8}{'peak GiB':>10}")
+        print(f"{'-':>12}  {'bare Spark start':<24}{bare_s:8.1f}{bare_rss / 2**30:10.2f}")
+        for n, what, wall, rss in rows:
+            print(f"{n:>12,}  {what:<24}{wall:8.1f}{rss / 2**30:10.2f}")
+    finally:
+        subprocess.run([str(TESTBED), "spark", "stop"], env=warm_env, capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """`testbed analyze` and `testbed report`: thin wrappers over analysis/.
 
-analyze exits 0 when every expectation and --assert holds, 1 when one fails,
-2 on bad input (not a run directory, no traces, a bad expression) and 3 when
-Spark cannot run (no Java).
+analyze exits 0 when every expectation and --assert holds, 1 when one fails
+(or, with --strict or the experiment's `strict_traces`, when a trace file is
+damaged), 2 on bad input (not a run directory, no traces, a bad expression)
+and 3 when Spark cannot run (no Java, no Connect server at --spark-remote).
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ def summary_table(summary: dict) -> Table:
         ("load gini / max-over-mean",
          f"{_fmt(summary.get('load_gini'))} / {_fmt(summary.get('load_max_over_mean'))}"),
         ("recovery after churn (max s)", summary.get("recovery_max_s")),
+        ("DELIVER events (raw, as go's tracestat)", summary.get("deliver_events")),
+        ("RPCs in flight / messages propagating at the end",
+         f"{_fmt((summary.get('in_flight') or {}).get('rpcs_in_flight_at_end'))} / "
+         f"{_fmt((summary.get('in_flight') or {}).get('messages_propagating_at_end'))}"),
+        ("damaged trace files",
+         ", ".join((summary.get("trace_integrity") or {}).get("damaged_nodes") or []) or "none"),
     ]
     for name, value in rows:
         t.add_row(name, value if isinstance(value, str) else _fmt(value))
@@ -89,13 +96,23 @@ def analyze(
     spark_master: str | None = typer.Option(
         None, "--spark-master", help="Spark master URL (default $SPARK_MASTER, spark-defaults.conf, else local[*])."
     ),
+    spark_remote: str | None = typer.Option(
+        None, "--spark-remote",
+        help="Spark Connect URL, e.g. sc://host:15002 (default $SPARK_REMOTE, else the `testbed spark start` server "
+             "while it is up).",
+    ),
     traces: Path | None = typer.Option(None, "--traces", help="Read trace files (.pb, .json, .jsonl) from this directory."),
+    strict: bool = typer.Option(
+        False, "--strict", help="Exit 1 when a trace file is cut or corrupt (also the experiment's strict_traces)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary (and assertion results) as JSON."),
 ) -> None:
     """Compute the run's metrics with PySpark, write metrics/*.parquet and summary.json, check assertions."""
     from analysis import check_assertions, junit_xml, run_analysis
     from analysis.assertions import validate_assertion
+    from analysis.integrity import strict_traces_option
     from analysis.rundir import open_run_dir
+    from cli.spark_cmd import spark_endpoint
 
     run = open_run_dir(run_dir, traces)  # bad input fails before Spark starts
     cli_asserts = list(asserts or [])
@@ -116,7 +133,10 @@ def analyze(
             else:
                 progress.update(task, description=stage, total=1.0, completed=frac)
 
-        summary = run_analysis(run_dir, spark_master=spark_master, traces=traces, progress=on_progress)
+        summary = run_analysis(
+            run_dir, spark_master=spark_master, traces=traces, progress=on_progress,
+            spark_remote=spark_endpoint(spark_master, spark_remote),
+        )
     elapsed = time.monotonic() - started
 
     results = check_assertions(summary, run.expectations(), source="expectation")
@@ -134,11 +154,38 @@ def analyze(
         if results:
             console.print(results_table(results))
         console.print(f"metrics in {run.metrics_dir}, summary in {run.summary_path}")
+    damaged = warn_about_run(summary)
     failed = [r for r in results if not r.passed]
-    if failed:
-        for r in failed:
-            err_console.print(f"[bold red]assertion failed:[/] {r.expr}: {r.message}")
+    for r in failed:
+        err_console.print(f"[bold red]assertion failed:[/] {r.expr}: {r.message}")
+    if damaged and (strict or strict_traces_option(run)):
+        err_console.print("[bold red]strict:[/] damaged trace files; the figures above undercount")
         raise typer.Exit(1)
+    if failed:
+        raise typer.Exit(1)
+
+
+def warn_about_run(summary: dict) -> bool:
+    """Print on stderr what makes the figures less than whole (damaged traces,
+    missing run files, messages still in flight at the end); True when a
+    trace file was damaged."""
+    integrity = summary.get("trace_integrity") or {}
+    damaged = list(integrity.get("damaged_nodes") or [])
+    if damaged:
+        err_console.print(
+            f"[bold yellow]warning:[/] damaged trace files ({integrity.get('truncated', 0)} cut, "
+            f"{integrity.get('corrupt', 0)} corrupt, {integrity.get('bytes_skipped', 0)} bytes skipped) "
+            f"from {', '.join(damaged)}"
+        )
+    for missing in summary.get("missing_files") or []:
+        err_console.print(f"[bold yellow]warning:[/] no {missing['file']}: {missing['affects']}")
+    in_flight = summary.get("in_flight") or {}
+    if in_flight.get("messages_propagating_at_end"):
+        err_console.print(
+            f"[bold yellow]warning:[/] the traces ended with {in_flight.get('rpcs_in_flight_at_end', 0)} RPCs in flight and "
+            f"{in_flight.get('messages_propagating_at_end', 0)} messages still propagating"
+        )
+    return bool(damaged)
 
 
 def report(
@@ -147,15 +194,19 @@ def report(
         None, "-o", "--output", help="The HTML file (default RUN_DIR/report.html, or ./report.html for several runs)."
     ),
     spark_master: str | None = typer.Option(None, "--spark-master", help="Spark master for runs not analysed yet."),
+    spark_remote: str | None = typer.Option(None, "--spark-remote", help="Spark Connect URL for runs not analysed yet."),
 ) -> None:
     """Write one self-contained HTML report (inline SVG charts, works offline) for one or several runs."""
     from analysis import write_report
+    from cli.spark_cmd import spark_endpoint
 
     if not run_dirs:
         raise InputError("give at least one run directory")
     if output is None:
         output = run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html")
-    path = write_report(run_dirs, output, spark_master=spark_master)
+    path = write_report(
+        run_dirs, output, spark_master=spark_master, spark_remote=spark_endpoint(spark_master, spark_remote)
+    )
     console.print(f"report written to {path}")
 
 

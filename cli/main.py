@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -26,6 +27,8 @@ COMMAND_MODULES: list[str] = [
     "cli.sim_cmd",
     "cli.analysis_cmd",
     "cli.doctor_cmd",
+    "cli.spark_cmd",
+    "cli.gc_cmd",
 ]
 
 app = typer.Typer(
@@ -71,10 +74,22 @@ def _internal_error(exc: BaseException) -> int:
     return 70
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the CLI is, so it unwinds like Ctrl-C: a
+    testbed being started or run is torn down before the CLI exits. Not a
+    KeyboardInterrupt, which typer turns into a silent exit 130."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the teardown finish; SIGKILL still works
+    raise Terminated
+
+
 def main() -> None:
     """Run the CLI and exit with the status the command decided. With
     standalone_mode=False click *returns* the code of `typer.Exit(n)` rather
     than raising it, so the return value is the exit status."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(standalone_mode=False)
     except TestbedError as exc:
@@ -82,6 +97,9 @@ def main() -> None:
         code = exc.exit_code
     except typer.Exit as exc:
         code = exc.exit_code
+    except Terminated:
+        err_console.print("terminated")
+        code = 128 + signal.SIGTERM
     except (typer.Abort, KeyboardInterrupt):
         err_console.print("aborted")
         code = 130

@@ -66,6 +66,16 @@ def plan_runs(file: Path, seed: int | None, out_dir: Path | None, backend: str, 
     return Plan(runs, parent if len(runs) > 1 else None)
 
 
+def warm_up_analysis(spark_master: str | None = None) -> None:
+    """Start the analysis' Spark session in the background while the
+    experiment runs, unless a Connect server will serve it (issue 14)."""
+    from analysis.spark import start_in_background
+    from cli.spark_cmd import spark_endpoint
+
+    if spark_endpoint(spark_master, None) is None:
+        start_in_background(spark_master)
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What the analysis after `sim` or `run` found: the reports written,
@@ -75,20 +85,24 @@ class Outcome:
     expectations: dict[str, list[dict[str, Any]]]
     skipped: str | None = None  # why the analysis could not run
     unchecked: bool = False  # ... while the experiment had expectations
+    damaged: tuple[str, ...] = ()  # nodes whose trace file is cut or corrupt
+    strict: bool = False  # the experiment's strict_traces: damage fails the run
 
     @property
     def failed(self) -> list[dict[str, Any]]:
         return [r for rs in self.expectations.values() for r in rs if not r["passed"]]
 
     def to_json(self) -> dict[str, Any]:
-        return {"reports": self.reports, "expectations": self.expectations, "analysis_skipped": self.skipped}
+        return {"reports": self.reports, "expectations": self.expectations, "analysis_skipped": self.skipped,
+                "damaged_traces": list(self.damaged)}
 
     def exit(self) -> None:
         """Exit 3 when expectations could not be checked (never a pass), 1
-        when one failed; return when all is well."""
+        when one failed or, under strict_traces, a trace is damaged; return
+        when all is well."""
         if self.unchecked:
             raise BackendUnavailable(f"the expectations could not be checked: {self.skipped}")
-        if self.failed:
+        if self.failed or (self.strict and self.damaged):
             raise typer.Exit(1)
 
 
@@ -96,22 +110,27 @@ def finish_runs(plan: Plan, spark_master: str | None = None) -> Outcome:
     """Analyse every run and write the reports (plus a comparison for
     variants); prints nothing but progress on stderr."""
     from analysis import run_analysis, write_report  # noqa: PLC0415 - Spark only when a run is analysed
+    from cli.spark_cmd import spark_endpoint  # noqa: PLC0415
 
+    remote = spark_endpoint(spark_master, None)
     run_dirs = [r.run_dir for r in plan.runs]
+    damaged: list[str] = []
     results: dict[str, list[dict[str, Any]]] = {}
     reports: list[str] = []
     try:
         for run_dir in run_dirs:
             with err.status(f"analysing {run_dir} with Spark", spinner="dots"):
-                summary = run_analysis(run_dir, spark_master=spark_master)
-                reports.append(str(write_report([run_dir], run_dir / "report.html", spark_master=spark_master)))
+                summary = run_analysis(run_dir, spark_master=spark_master, spark_remote=remote)
+                reports.append(str(write_report([run_dir], run_dir / "report.html", spark_master, remote)))
             results[str(run_dir)] = summary.get("expectations", [])
+            damaged += (summary.get("trace_integrity") or {}).get("damaged_nodes") or []
         if plan.comparison_dir is not None:
             with err.status("writing the comparison report", spinner="dots"):
-                reports.append(str(write_report(run_dirs, plan.comparison_dir / "report.html", spark_master)))
+                reports.append(str(write_report(run_dirs, plan.comparison_dir / "report.html", spark_master, remote)))
     except BackendUnavailable as exc:
         return Outcome(reports, results, str(exc), unchecked=any(r.resolved.expectations for r in plan.runs))
-    return Outcome(reports, results)
+    strict = any(r.resolved.strict_traces for r in plan.runs)
+    return Outcome(reports, results, damaged=tuple(sorted(set(damaged))), strict=strict)
 
 
 def print_outcome(outcome: Outcome) -> None:
@@ -123,3 +142,5 @@ def print_outcome(outcome: Outcome) -> None:
         out.print(f"report: [bold]{report}[/]")
     for line in expectation_lines(outcome.expectations):
         out.print(line)
+    if outcome.damaged:
+        err.print(f"[bold yellow]warning:[/] damaged trace files from {', '.join(outcome.damaged)}")

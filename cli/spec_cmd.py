@@ -54,7 +54,8 @@ def summary(exp: Experiment, r: ResolvedExperiment) -> dict[str, Any]:
         "injected": sum(1 for p in r.publishes if p.publisher is None),
         "churn_actions": len(r.churn),
         "churn_by_action": dict(sorted(Counter(c.action for c in r.churn).items())),
-        "duration": r.duration, "linger": r.linger, "end": r.end_time(),
+        "duration": r.duration, "linger": r.linger, "linger_auto": r.linger_auto, "end": r.end_time(),
+        "wire": {"security": r.security, "authenticity": r.authenticity, "message_id": r.message_id},
         "expectations": [e.text for e in r.expectations],
         "variants": variant_summaries(exp, r),
     }
@@ -119,7 +120,10 @@ def _print(s: dict[str, Any], console: Console) -> None:
     console.print(f"workload  {s['messages']} messages{inj}")
     by = ", ".join(f"{k} {v}" for k, v in s["churn_by_action"].items()) or "none"
     console.print(f"churn     {s['churn_actions']} actions: {by}")
-    console.print(f"time      duration {s['duration']:g}s, linger {s['linger']:g}s, ends at t={s['end']:g}s")
+    linger = f"auto (at most {s['linger']:g}s)" if s["linger_auto"] else f"{s['linger']:g}s"
+    console.print(f"time      duration {s['duration']:g}s, linger {linger}, ends at t={s['end']:g}s")
+    wire = s["wire"]
+    console.print(f"wire      {wire['security']}, {wire['authenticity']} authenticity, message ids {wire['message_id']}")
     if s["expectations"]:
         console.print(f"expects   {'; '.join(s['expectations'])}")
     if s["variants"]:

@@ -26,7 +26,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.postrun import finish_runs, plan_runs, print_outcome
+from cli.postrun import finish_runs, plan_runs, print_outcome, warm_up_analysis
 from orchestrator.backends import BACKENDS, default_backend
 from orchestrator.errors import InputError
 from orchestrator.lifecycle import Verb, why_not
@@ -129,6 +129,8 @@ def run(
 
     backend_name = _backend(backend, as_json)
     plan = plan_runs(file, seed, out, backend_name, variant)
+    if report:
+        warm_up_analysis()
     results = []
     for planned in plan.runs:
         ctl = run_experiment(
@@ -366,15 +368,18 @@ def down(
     killed CLI too.
     """
     from orchestrator.runs import down_all, down_testbed  # noqa: PLC0415
+    from orchestrator.errors import TeardownIncomplete  # noqa: PLC0415
     from orchestrator.state import check_name  # noqa: PLC0415
 
     if (name is None) == (not all_):
         raise InputError("give a testbed NAME or --all (not both)")
     reporter = _reporter(as_json)
-    if all_:
-        lines = down_all(reporter=reporter)
-    else:
-        lines = down_testbed(check_name(name), reporter=reporter)
+    try:
+        lines = down_all(reporter=reporter) if all_ else down_testbed(check_name(name), reporter=reporter)
+    except TeardownIncomplete as exc:
+        if as_json:
+            _echo_json({"removed": exc.removed, "left": exc.left})
+        raise
     if as_json:
         _echo_json({"removed": lines})
         return

@@ -44,6 +44,7 @@ JOIN: int = TraceType.JOIN.value
 LEAVE: int = TraceType.LEAVE.value
 GRAFT: int = TraceType.GRAFT.value
 PRUNE: int = TraceType.PRUNE.value
+KNOWN_TYPES: frozenset[int] = frozenset(t.value for t in TraceType)
 
 
 class RunEvent(StrEnum):

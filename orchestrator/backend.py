@@ -174,6 +174,11 @@ class Backend(ABC):
     def destroy(self) -> None:
         """Remove everything this testbed created; traces stay."""
 
+    def isolation(self) -> dict[str, Any] | None:
+        """How each node is confined (its mounts, its uid), for the manifest;
+        None where the backend does not confine its nodes."""
+        return None
+
     @classmethod
     @abstractmethod
     def cleanup(cls, testbed: str | None, store: StateStore) -> list[str]:

@@ -35,7 +35,7 @@ from node.engine.registry import ROUTERS
 from node.trace_vocab import RunEvent
 from orchestrator.backend import Backend, BackendContext, ShapingCapabilities
 from orchestrator.backends import backend_class, make_backend
-from orchestrator.errors import BackendUnavailable, InputError, TestbedError
+from orchestrator.errors import BackendUnavailable, InputError, TeardownIncomplete, TestbedError
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
 from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
@@ -365,14 +365,21 @@ class Controller:
             with ThreadPoolExecutor(max_workers=16) as pool:
                 for _ in pool.map(self._stop_quietly, self.nodes):
                     advance(1)
+            incomplete: TeardownIncomplete | None = None
             try:
-                self.backend.collect_traces()
-            finally:
-                self.backend.destroy()
-        lines = type(self.backend).cleanup(self.testbed, self.store)
+                try:
+                    self.backend.collect_traces()
+                finally:
+                    self.backend.destroy()
+                lines = type(self.backend).cleanup(self.testbed, self.store)
+            except TeardownIncomplete as exc:  # the run directory is finished all the same
+                incomplete, lines = exc, exc.removed
+                self._warn(str(exc))
         self._check_traces()
         self.write_manifest(final=True, lags=lags)
         self.writer.close()
+        if incomplete is not None:
+            raise incomplete  # the record stays: a later `testbed down` retries
         self.store.remove(self.testbed)
         return lines
 
@@ -394,6 +401,9 @@ class Controller:
         t0 = self.t0_ns or record.get("t0_ns")
         extra: dict[str, Any] = {"testbed": self.testbed, "status": "finished" if final else "up",
                                  **record.get("wire_facts", {})}
+        isolation = self.backend.isolation()
+        if isolation is not None:
+            extra["isolation"] = isolation
         if final:
             extra["wall_time_s"] = round((time.time_ns() - (t0 or time.time_ns())) / 1e9, 3)
             extra["event_loop_lag"], warning = lag_summary(read_lag_files(self.run_dir, list(self.nodes), lags or {}))

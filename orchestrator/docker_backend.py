@@ -12,9 +12,10 @@ Decisions (docs/docker.md says the same for users):
   namespace (orchestrator/docker_netns.py). Containers run with every
   capability dropped, no-new-privileges, a read-only root filesystem, never
   privileged, no Docker socket.
-- Traces: run_dir is bind-mounted read-write at /run-dir, the router writes
-  /run-dir/traces/<node>.pb straight onto the host; destroy/cleanup never
-  touch run_dir.
+- Files: each container mounts only its own node directory (run_dir/nodes/
+  <node> at /node) and runs as an unprivileged uid that owns it
+  (orchestrator.docker_nodedir); traces land on the host directly, and
+  destroy/cleanup never touch run_dir.
 - Labels on everything (gossip-testbed.testbed/run/node); `cleanup` works
   from labels alone, so it finds what a killed CLI left behind, and never
   removes anything without them.
@@ -22,21 +23,19 @@ Decisions (docs/docker.md says the same for users):
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import json
-import os
 import re
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from node.config import NodeConfig
+from orchestrator import docker_nodedir as nodedir
 from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.docker_netns import NetnsMixin
 from orchestrator.docker_network import create_network
+from orchestrator.docker_teardown import Scope, bounded, find, summary, teardown
 from orchestrator.docker_util import (
     LABEL,
     LABEL_NODE,
@@ -55,7 +54,6 @@ __all__ = ["DockerBackend", "NodeResources", "docker_available"]
 
 LISTEN_PORT = 4001
 CONTROL_PORT = 4002
-RUN_DIR_MOUNT = "/run-dir"
 STOP_TIMEOUT_S = 10
 DEFAULT_MEMORY = "256m"
 PARALLEL = 8  # concurrent Docker API calls in the *_many helpers and cleanup
@@ -114,6 +112,7 @@ class DockerBackend(NetnsMixin, Backend):
         self._partitions: dict[str, set[str]] = {}
         self._caps: ShapingCapabilities | None = None
         self.commands_run: list[str] = []
+        self.user = nodedir.node_user()
 
     # ------------------------------------------------------------ addresses
 
@@ -141,14 +140,13 @@ class DockerBackend(NetnsMixin, Backend):
         return labels
 
     def prepare(self, nodes: Sequence[str]) -> dict[str, NodeAddress]:
-        leftovers = _labelled(self._client, self.testbed, scoped=False)
-        if any(leftovers.values()):
-            what = ", ".join(f"{len(v)} {k}" for k, v in leftovers.items() if v)
-            scopes = {_labels_of(o).get(LABEL_STATE, "") for v in leftovers.values() for o in v}
+        leftovers = find(self._client, Scope(self.testbed, None)).resources()
+        if leftovers:
+            scopes = {r.state for r in leftovers}
             where = "" if scopes <= {self.state_scope, ""} else (
                 f" (made with TESTBED_STATE_DIR={sorted(scopes - {''})[0]})")
             raise TestbedError(
-                f"testbed {self.testbed!r} already exists in Docker ({what}){where}; "
+                f"testbed {self.testbed!r} already exists in Docker ({summary(leftovers)}){where}; "
                 f"run `testbed down {self.testbed}` there first"
             )
         if self.image is None:
@@ -185,40 +183,9 @@ class DockerBackend(NetnsMixin, Backend):
 
     # ------------------------------------------------------------ containers
 
-    def container_config(self, config: NodeConfig) -> NodeConfig:
-        """The config as the router sees it inside the container: paths under
-        run_dir moved to /run-dir."""
-        paths = {f: self.in_container(getattr(config, f)) for f in ("trace_path", "lag_path")
-                 if isinstance(getattr(config, f, None), str)}
-        return dataclasses.replace(config, **paths)
-
-    def in_container(self, path: str) -> str:
-        if not path:
-            return path
-        p = Path(path)
-        if not p.is_absolute():
-            p = self.run_dir / p
-        try:
-            rel = p.resolve().relative_to(self.run_dir)
-        except ValueError:
-            if path.startswith(RUN_DIR_MOUNT + "/"):
-                return path
-            raise InputError(f"{path}: a docker node can only write under the run directory {self.run_dir}")
-        return f"{RUN_DIR_MOUNT}/{rel.as_posix()}"
-
-    def on_host(self, path: str) -> Path:
-        if path.startswith(RUN_DIR_MOUNT + "/"):
-            return self.run_dir / path[len(RUN_DIR_MOUNT) + 1:]
-        return Path(path)
-
     def start(self, config: NodeConfig) -> None:
         node = config.name
-        inside = self.container_config(config)
-        cfg_file = self.run_dir / "configs" / f"{node}.json"
-        cfg_file.parent.mkdir(parents=True, exist_ok=True)
-        self.on_host(inside.trace_path).parent.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "node-logs").mkdir(parents=True, exist_ok=True)
-        cfg_file.write_text(inside.to_json())
+        nodedir.prepare(self.run_dir, config, self.user)
         self._attach()
         if node not in self.ips and config.listen_host not in ("", "0.0.0.0"):
             self.ips[node] = config.listen_host
@@ -246,10 +213,9 @@ class DockerBackend(NetnsMixin, Backend):
             raise TestbedError("DockerBackend.prepare must run before start")
         api = self._client.api
         res = self.resources.get(node, self.default_resources)
-        cfg = f"{RUN_DIR_MOUNT}/configs/{node}.json"
-        log = f"{RUN_DIR_MOUNT}/node-logs/{node}.log"
+        cfg, log = nodedir.inside(nodedir.CONFIG), nodedir.inside(nodedir.LOG)
         host_config = api.create_host_config(
-            binds={str(self.run_dir): {"bind": RUN_DIR_MOUNT, "mode": "rw"}},
+            binds={str(nodedir.node_dir(self.run_dir, node)): {"bind": nodedir.MOUNT, "mode": "rw"}},
             mem_limit=res.memory or self.default_resources.memory,
             nano_cpus=int((res.cpus or self.default_resources.cpus or 0) * 1e9) or None,
             cap_drop=["ALL"],
@@ -272,7 +238,7 @@ class DockerBackend(NetnsMixin, Backend):
             labels=self.labels(node),
             host_config=host_config,
             networking_config=networking,
-            user=f"{os.getuid()}:{os.getgid()}",
+            user=self.user.docker_user,
             hostname=_safe(node)[:63],
             environment={"TESTBED_NODE": node},
         )
@@ -331,7 +297,7 @@ class DockerBackend(NetnsMixin, Backend):
     def _control(self, node: str, cmd: str, **args: Any) -> dict[str, Any]:
         from node.runtime.client import ControlClient, ControlError  # noqa: PLC0415
 
-        cfg = NodeConfig.load(self.run_dir / "configs" / f"{node}.json")
+        cfg = NodeConfig.load(nodedir.node_dir(self.run_dir, node) / nodedir.CONFIG)
         try:
             return ControlClient(cfg.control_host, cfg.control_port, cfg.token).call(cmd, **args)
         except ControlError as exc:
@@ -361,18 +327,22 @@ class DockerBackend(NetnsMixin, Backend):
         if pools:
             self._subnet = ipaddress.ip_network(pools[0]["Subnet"])
             self._gateway = pools[0].get("Gateway") or str(next(self._subnet.hosts()))
-        for container in self._client.containers.list(all=True, filters=_label_filter(self.testbed)):
+        for container in self._client.containers.list(all=True, filters=Scope(self.testbed, None).label_filter()):
             node = container.labels.get(LABEL_NODE)
             endpoint = (container.attrs.get("NetworkSettings", {}).get("Networks") or {}).get(self.network_name)
             ipam = (endpoint or {}).get("IPAMConfig") or {}
             if node and ipam.get("IPv4Address"):
                 self.ips.setdefault(node, ipam["IPv4Address"])
             elif node:  # disconnected: its config knows its address
-                cfg = self.run_dir / "configs" / f"{node}.json"
+                cfg = nodedir.node_dir(self.run_dir, node) / nodedir.CONFIG
                 if cfg.exists():
                     self.ips.setdefault(node, NodeConfig.load(cfg).listen_host)
             if self.image is None:
                 self.image = container.attrs.get("Config", {}).get("Image")
+
+    def isolation(self) -> dict[str, object]:
+        """What a container may touch, for the manifest."""
+        return nodedir.isolation(self.user)
 
     # ------------------------------------------------------------ collection
 
@@ -407,15 +377,20 @@ class DockerBackend(NetnsMixin, Backend):
             self.collect_traces()
         except Exception:  # noqa: BLE001 - destroy must go on
             pass
-        self.cleanup(self.testbed, self.store)
-        self._network = None
-        self._client.close()
+        try:
+            self.cleanup(self.testbed, self.store)
+        finally:
+            self._network = None
+            self._client.close()
 
     @classmethod
     def cleanup(cls, testbed: str | None, store: StateStore) -> list[str]:
+        """Converging removal (orchestrator.docker_teardown) of what this
+        state directory made for `testbed` (None: every testbed);
+        TeardownIncomplete names whatever is left."""
         client = docker_client()
         try:
-            return _remove_labelled(client, testbed)
+            return teardown(client, Scope(testbed, current_state_dir())).raise_if_incomplete()
         finally:
             client.close()
 
@@ -424,76 +399,4 @@ class DockerBackend(NetnsMixin, Backend):
 
 
 def _parallel(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-    if len(items) <= 1:
-        return [fn(i) for i in items]
-    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        return list(pool.map(fn, items))
-
-
-def _label_filter(testbed: str | None) -> dict[str, str]:
-    return {"label": f"{LABEL_TESTBED}={testbed}" if testbed is not None else LABEL_TESTBED}
-
-
-def _labels_of(obj: Any) -> dict[str, str]:
-    attrs = getattr(obj, "attrs", {}) or {}
-    return attrs.get("Labels") or (attrs.get("Config") or {}).get("Labels") or {}
-
-
-def _labelled(client: Any, testbed: str | None, scoped: bool = True) -> dict[str, list[Any]]:
-    """Objects with our labels: of one testbed (None: every testbed). Scoped:
-    only those made under the current state directory (or before the state
-    label existed, for a named testbed)."""
-    flt = _label_filter(testbed)
-    found = {
-        "containers": client.containers.list(all=True, filters=flt),
-        "networks": client.networks.list(filters=flt),
-        "volumes": client.volumes.list(filters=flt),
-    }
-    if not scoped:
-        return found
-    scope = current_state_dir()
-    allowed = {scope} if testbed is None else {scope, ""}
-    return {k: [o for o in v if _labels_of(o).get(LABEL_STATE, "") in allowed] for k, v in found.items()}
-
-
-def _remove_labelled(client: Any, testbed: str | None) -> list[str]:
-    import docker.errors  # noqa: PLC0415
-
-    done: list[str] = []
-    found = _labelled(client, testbed)
-
-    def rm_container(container: Any) -> str | None:
-        if LABEL_TESTBED not in container.labels:  # belt and braces: never unlabelled
-            return None
-        try:
-            container.remove(force=True, v=True)
-        except docker.errors.NotFound:
-            return None
-        except docker.errors.APIError as exc:
-            if "already in progress" in str(exc):
-                return None
-            raise
-        return f"removed container {container.name} ({container.labels.get(LABEL_TESTBED)})"
-
-    done += [line for line in _parallel(rm_container, found["containers"]) if line]
-    for network in found["networks"]:
-        if LABEL_TESTBED not in (network.attrs.get("Labels") or {}):
-            continue
-        try:
-            network.reload()
-            attached = network.attrs.get("Containers") or {}
-            if attached:
-                done.append(f"left network {network.name}: still used by {len(attached)} container(s) "
-                            "without our labels")
-                continue
-            network.remove()
-            done.append(f"removed network {network.name} ({network.attrs['Labels'].get(LABEL_TESTBED)})")
-        except docker.errors.NotFound:
-            continue
-    for volume in found["volumes"]:
-        try:
-            volume.remove(force=True)
-            done.append(f"removed volume {volume.name}")
-        except docker.errors.NotFound:
-            continue
-    return done
+    return bounded(fn, items, PARALLEL)

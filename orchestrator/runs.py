@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestrator.backends import BACKENDS, backend_class, backend_exists
 from orchestrator.controller import Controller
-from orchestrator.errors import BackendUnavailable, TestbedError
+from orchestrator.errors import BackendUnavailable, TeardownIncomplete, TestbedError
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.progress import Reporter
 from orchestrator.state import StateStore
@@ -36,6 +36,8 @@ def down_testbed(testbed: str, store: StateStore | None = None, reporter: Report
         try:
             ctl = Controller.attach(testbed, store, reporter)
             lines += ctl.down()
+        except TeardownIncomplete:
+            raise  # already tried everything; the record stays
         except TestbedError as exc:
             lines.append(f"{testbed}: graceful stop failed ({exc}); cleaning up")
     backend_names = [record.get("backend")] if record and record.get("backend") in BACKENDS else list(BACKENDS)
@@ -46,12 +48,26 @@ def down_testbed(testbed: str, store: StateStore | None = None, reporter: Report
 
 
 def down_all(store: StateStore | None = None, reporter: Reporter | None = None) -> list[str]:
+    """Every testbed of this state directory, then whatever its labels say
+    a killed CLI left; one testbed that cannot be removed does not stop the
+    others, and all that is left is reported together at the end."""
     store = store or StateStore()
     lines: list[str] = []
+    left: list[str] = []
     for name in store.names():
-        lines += down_testbed(name, store, reporter)
+        try:
+            lines += down_testbed(name, store, reporter)
+        except TeardownIncomplete as exc:
+            lines += exc.removed
+            left += exc.left
     for name in list(BACKENDS):
-        lines += _cleanup_with(name, None, store)
+        try:
+            lines += _cleanup_with(name, None, store)
+        except TeardownIncomplete as exc:
+            lines += exc.removed
+            left += [line for line in exc.left if line not in left]
+    if left:
+        raise TeardownIncomplete(left, lines)
     return lines
 
 

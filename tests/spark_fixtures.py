@@ -8,9 +8,10 @@ Import the fixtures into a test module with
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,9 @@ class RunBuilder:
     topology: dict | None = None
     manifest: dict | None = None
     experiment: dict | None = None
+    # name -> libp2p peer id bytes: traces carry these instead of names and
+    # topology.json lists them (issue 11); None: names, as before
+    peer_ids: dict[str, bytes] | None = None
 
     def ev(self, node: str, type_: TraceType, t_ms: float, size: int | None = None, **kw) -> None:
         kw = {k: (v.encode() if k == "peer" and isinstance(v, str) else v) for k, v in kw.items()}
@@ -106,10 +110,23 @@ class RunBuilder:
     def event(self, t_ms: float, kind: str, **fields) -> None:
         self.log.append({"t_ns": int(t_ms * MS), "kind": kind, **fields})
 
+    def use_peer_ids(self) -> None:
+        """Trace real-looking peer ids instead of names (see `peer_id`)."""
+        names = sorted(set(self.events) | {n["name"] for n in (self.topology or {}).get("nodes", [])})
+        self.peer_ids = {name: peer_id(name) for name in names}
+        if self.topology is not None:
+            from analysis.ingest import base58_encode
+
+            for n in self.topology["nodes"]:
+                n["peer_id"] = base58_encode(self.peer_ids[n["name"]])
+
     def protos(self, node: str):
         out = []
+        ids = self.peer_ids
         for ev, size in sorted(self.events[node], key=lambda e: e[0].timestamp):
-            pb = to_proto(ev, node.encode())
+            if ids is not None and ev.peer:
+                ev = replace(ev, peer=ids[ev.peer.decode()])
+            pb = to_proto(ev, ids[node] if ids is not None else node.encode())
             if size is not None:
                 for sub in ("sendRPC", "recvRPC", "dropRPC"):
                     if pb.HasField(sub):
@@ -142,6 +159,15 @@ class RunBuilder:
         if self.experiment is not None:
             (self.root / "experiment.resolved.yaml").write_text(yaml.safe_dump(self.experiment))
         return self.root
+
+
+def peer_id(name: str) -> bytes:
+    """A libp2p peer id's shape: the identity multihash (0x00, length 36) of a
+    protobuf-encoded ed25519 public key (KeyType 1, 32 bytes), which base58
+    shows as 12D3KooW...; the 32 key bytes here are a hash of the name, since
+    the analysis only maps ids to names and never checks keys."""
+    key = hashlib.sha256(name.encode()).digest()
+    return b"\x00\x24\x08\x01\x12\x20" + key
 
 
 def b64(s: str) -> str:

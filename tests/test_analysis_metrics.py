@@ -234,5 +234,20 @@ def test_no_messages(tmp_path, spark):  # noqa: F811
     assert s["mesh_degree"]["mean"] == approx(2 / 6)
 
 
+@requires_java
+@pytest.mark.spark
+def test_messages_in_flight_when_the_traces_end(tmp_path, spark):  # noqa: F811
+    b = worked_example(tmp_path)
+    m6 = msg("A", 5)
+    b.publish("A", 6900, m6)
+    b.send("A", "B", 6901, m6)  # on its way to B when the run ends at 7000
+    b.send("A", "D", 6901, m6)  # D was killed at 3000: lost to churn, not in flight
+    b.event(6900, "publish", node="A", via=["A"], topic="t", message_id=mid(m6), size=9, seq=0)
+    s = analysis.run_analysis(b.write())
+    assert s["in_flight"] == {"rpcs_unreceived": 2, "rpcs_in_flight_at_end": 1, "messages_propagating_at_end": 1}
+    assert s["messages_propagating_at_end"] == 1
+    assert s["messages_lost"] == 2  # m4 and m6: the figure itself does not change; the warning says why
+
+
 def test_message_helper_ids_are_hex_of_from_plus_seqno():
     assert mid(msg("A", 1)) == (b"A" + (1).to_bytes(8, "big")).hex()

@@ -88,8 +88,8 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends):
         assert not hc["Privileged"] and hc["CapDrop"] == ["ALL"] and not hc.get("CapAdd")
         assert hc["Memory"] == 256 * 1024 * 1024
         assert c.attrs["NetworkSettings"]["Networks"][backend.network_name]["IPAddress"] == addresses[node].host
-        cfg = json.loads((backend.run_dir / "configs" / f"{node}.json").read_text())
-        assert cfg["trace_path"] == f"/run-dir/traces/{node}.pb"
+        cfg = json.loads((backend.run_dir / "nodes" / node / "config.json").read_text())
+        assert cfg["trace_path"] == "/node/trace.pb"
     assert client.networks.get(backend.network_name).attrs["Labels"][LABEL_TESTBED] == backend.testbed
 
     # kill -> start
@@ -123,7 +123,7 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends):
     assert _docker_ls("container", backend.testbed) == []
     assert _docker_ls("network", backend.testbed) == []
     # destroy keeps the run directory
-    assert (backend.run_dir / "configs" / "n0.json").exists()
+    assert (backend.run_dir / "nodes" / "n0" / "config.json").exists()
 
 
 @needs_root

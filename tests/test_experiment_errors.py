@@ -211,7 +211,7 @@ def test_bad_expectation(tmp_path, capsys):
 
 
 def test_yaml_syntax_error(tmp_path, capsys):
-    code, err, path = run_validate(tmp_path, BASE + "links: [unclosed\n", capsys)
+    code, err, path = run_validate(tmp_path, BASE + "expectations: [unclosed\n", capsys)
     assert code == 2 and f"{path}:" in err and "not valid YAML" in err
 
 

@@ -92,11 +92,17 @@ class ResolvedExperiment:
     churn: tuple[ChurnAction, ...]
     expectations: tuple[Expectation, ...]
     duration: float
-    linger: float
+    linger: float  # seconds after the last message; with linger_auto, the most to wait
     resources: Mapping[str, Any] = field(default_factory=dict)
+    # `linger: auto`: stop as soon as the network is quiet after the last
+    # message, but no later than `linger` seconds after it.
+    linger_auto: bool = False
+    strict_traces: bool = False  # a damaged trace file fails the run (analyze --strict)
+    # the wire (docs/experiment-files.md, "Wire"): secure channel, message
+    # signing policy and how message ids are computed
     security: str = "noise"  # noise | plaintext
     authenticity: str = "strict"  # strict | author | anonymous
-    message_id: str = "from-seqno"  # from-seqno | first-8-bytes
+    message_id: str = "from-seqno"  # from-seqno | first-8-bytes (big-endian u64)
     # (a, b) -> LinkParams for ANY pair, from the latency model; None: pairs
     # outside `links` get `default_link`. Not part of equality (it is a
     # function of the fields above and the seed).
@@ -152,9 +158,10 @@ class ResolvedExperiment:
             "publishes": [[p.seq, p.at, p.topic, p.size, p.publisher, list(p.via)] for p in self.publishes],
             "churn": [[c.at, c.action, list(c.nodes), c.topic, list(c.peers), c.source] for c in self.churn],
             "expectations": [e.text for e in self.expectations],
-            "duration": self.duration, "linger": self.linger,
-            "resources": sorted((str(k), repr(v)) for k, v in self.resources.items()),
+            "duration": self.duration, "linger": self.linger, "linger_auto": self.linger_auto,
+            "strict_traces": self.strict_traces,
             "wire": [self.security, self.authenticity, self.message_id],
+            "resources": sorted((str(k), repr(v)) for k, v in self.resources.items()),
         }
         text = json.dumps(doc, sort_keys=True, default=repr)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

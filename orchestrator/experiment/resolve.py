@@ -18,30 +18,22 @@ only reachable nodes).
 from __future__ import annotations
 
 import bisect
-from collections import Counter
-import hashlib
 import heapq
 import random
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from orchestrator import graphs
-from orchestrator.experiment.model import ChurnAction, NodeSpec, Publish, ResolvedExperiment
-from orchestrator.experiment.spec import Experiment, Selector, TimelineEntry, half_up
+from orchestrator.experiment import layout
+from orchestrator.experiment.activity import Selector, TimelineEntry
+from orchestrator.experiment.layout import derive_rng, derive_seed
+from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
+from orchestrator.experiment.values import MAX_CHURN_ACTIONS, half_up
+from orchestrator.experiment.yamlsrc import format_path
 from orchestrator.lifecycle import UNDO, NodeLife, Verb, needs, transition, why_not
-from orchestrator.links import Constant, PairLinks, Regions, Uniform
 
-MAX_OVERLAY_DRAWS = 100
-
-
-def derive_rng(seed: int, *purpose: object) -> random.Random:
-    """A generator for one purpose; str seeds are hashed with SHA-512 by
-    `random.Random`, independent of PYTHONHASHSEED."""
-    return random.Random("/".join([str(seed), *map(str, purpose)]))
-
-
-def derive_seed(seed: int, *purpose: object) -> int:
-    text = "/".join([str(seed), *map(str, purpose)])
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
+if TYPE_CHECKING:  # a type only: experiment.py imports this module to run it
+    from orchestrator.experiment.experiment import Experiment
 
 
 def incarnation_seed(seed: int, incarnation: int) -> int:
@@ -85,9 +77,9 @@ class _Resolver:
 
     def run(self) -> ResolvedExperiment:
         exp, seed = self.exp, self.seed
-        nodes = self.nodes()
-        edges = self.overlay()
-        pair = self.pair_links(nodes)
+        nodes = layout.nodes(exp, seed)
+        edges = layout.overlay(exp, seed, self.names)
+        pair = layout.pair_links(exp, seed, nodes)
         links = {e: pair(*e) for e in edges}
         self.state = {n: _NodeState(NodeLife(topics=frozenset(self.topics_of[n]))) for n in self.names}
         times = [w.times() for w in exp.workloads]
@@ -98,67 +90,15 @@ class _Resolver:
             duration = exp.duration
         else:
             last = max([last_publish, *(c.at for c in churn)])
-            duration = max(round(last + exp.linger, 9), 1.0)
+            duration = max(round(last + (0.0 if exp.linger_auto else exp.linger), 9), 1.0)
         return ResolvedExperiment(
             name=exp.name, source=exp.file, seed=seed, nodes=tuple(nodes), edges=tuple(edges),
             links=links, default_link=pair.default(), publishes=tuple(publishes), churn=tuple(churn),
-            expectations=exp.expectations, duration=duration, linger=exp.linger,
-            resources=dict(exp.resources), security=exp.security, authenticity=exp.authenticity,
-            message_id=exp.message_id, pair_link=pair,
+            expectations=exp.expectations, duration=duration, linger=exp.linger, linger_auto=exp.linger_auto,
+            strict_traces=exp.strict_traces,
+            resources=exp.resource_defaults, security=exp.wire.security, authenticity=exp.wire.authenticity,
+            message_id=exp.wire.message_id, pair_link=pair,
         )
-
-    # -- nodes, overlay, links
-
-    def nodes(self) -> list[NodeSpec]:
-        out = []
-        for g in self.exp.groups:
-            for i, name in enumerate(g.node_names()):
-                out.append(NodeSpec(
-                    name=name, group=g.name, router=g.router, params=dict(g.router_params),
-                    topics=g.topics, seed=derive_seed(self.seed, "node", name),
-                    region=g.regions[i % len(g.regions)] if g.regions else None,
-                    uplink_bps=g.uplink_bps if g.uplink_bps is not None else self.exp.links.uplink_bps,
-                    memory=g.memory, cpus=g.cpus,
-                ))
-        return out
-
-    def overlay(self) -> list[tuple[str, str]]:
-        ov = self.exp.overlay
-        if ov.type == "explicit":
-            return list(ov.edges)
-        if ov.type == "full":
-            return graphs.full(self.names)
-        assert ov.degree is not None
-        for attempt in range(MAX_OVERLAY_DRAWS):
-            rng = derive_rng(self.seed, "overlay", *([attempt] if attempt else []))
-            if ov.type == "random":
-                edges = graphs.n_connect(self.names, ov.degree, rng)
-            else:
-                try:
-                    edges = graphs.random_regular(self.names, ov.degree, rng)
-                except ValueError as exc:
-                    raise self.exp.error((*ov.path, "degree"), str(exc)) from None
-            if not ov.connected or graphs.components(self.names, edges) == 1:
-                return edges
-        raise self.exp.error(
-            ov.path, f"{MAX_OVERLAY_DRAWS} draws of a {ov.type} overlay of degree {ov.degree} on "
-            f"{len(self.names)} nodes were all disconnected; raise the degree or set 'connected: false'",
-        )
-
-    def pair_links(self, nodes: list[NodeSpec]) -> PairLinks:
-        lat = self.exp.links.latency
-        model: Constant | Uniform | Regions
-        if lat.model == "constant":
-            assert lat.ms is not None
-            model = Constant(lat.ms)
-        elif lat.model == "uniform":
-            assert lat.min_ms is not None and lat.max_ms is not None
-            model = Uniform(lat.min_ms, lat.max_ms, derive_seed(self.seed, "latency"))
-        else:
-            region_of = {n.name: n.region for n in nodes if n.region is not None}
-            values = list(lat.matrix.values())
-            model = Regions(dict(lat.matrix), region_of, round(sum(values) / len(values), 3))
-        return PairLinks(model, self.exp.links.jitter_ms, self.exp.links.loss)
 
     # -- churn
 
@@ -273,7 +213,7 @@ class _Resolver:
                     raise exp.error(entry.path, f"{when}: cannot {entry.action} {n}: {why}")
         return ChurnAction(
             at=t, action=entry.action, nodes=tuple(chosen), topic=entry.topic,  # type: ignore[arg-type]
-            peers=peers, source=_path_text(entry.path),
+            peers=peers, source=format_path(entry.path),
         )
 
     def pick_peers(self, sel: Selector, chosen: list[str], rng: random.Random, when: str) -> tuple[str, ...]:
@@ -333,7 +273,10 @@ class _Resolver:
                 t = round(t + s.session.draw(nrng), 6)
                 if t >= until:
                     break
-                back = round(t + s.downtime.draw(nrng), 6)
+                back = round(t + s.downtime.draw(nrng), 6)  # type: ignore[union-attr]
+                if len(out) >= MAX_CHURN_ACTIONS:
+                    raise self.exp.error(s.path, f"steady churn would act more than {MAX_CHURN_ACTIONS} times; "
+                                         "lengthen the sessions or shorten the churn")
                 out.append(ChurnAction(at=t, action=s.action, nodes=(n,), source="churn.steady"))  # type: ignore[arg-type]
                 if back >= until:
                     out.append(ChurnAction(at=until, action=up_verb, nodes=(n,), source="churn.steady (end)"))  # type: ignore[arg-type]
@@ -403,10 +346,4 @@ def _short(names: list[str]) -> str:
     return ", ".join(names) if len(names) <= 5 else f"{', '.join(names[:5])}, ... ({len(names)} nodes)"
 
 
-def _path_text(path: tuple) -> str:
-    from orchestrator.experiment.yamlsrc import format_path
-
-    return format_path(path)
-
-
-__all__ = ["resolve", "derive_rng", "derive_seed"]
+__all__ = ["resolve", "incarnation_seed"]

@@ -1,0 +1,63 @@
+"""Randomized kill benchmark of the docker backend's teardown: SIGKILL
+`testbed up`, `run` or `down` at a seeded random moment, then
+`testbed down --all`, and count what is left (containers, networks, volumes,
+live network namespaces, state records). The CI test runs 20 tries; this runs
+50 by default and prints every try and the totals.
+
+    .venv/bin/python bench/bench_teardown.py [--tries 50] [--seed 17] [--json]
+
+Docker is shared with whatever else runs on the host: the durations of the
+tries depend on that load; the counts of what is left must not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from orchestrator.image import ensure_image  # noqa: E402
+from tests.kill_harness import kill_tries  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tries", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--json", action="store_true", help="print one JSON document at the end")
+    args = parser.parse_args()
+    quiet = args.json
+    ensure_image()
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-teardown-") as work:
+        results = kill_tries(args.tries, args.seed, Path(work), report=(lambda _l: None) if quiet else print)
+    wall = time.monotonic() - t0
+    kinds = ("container", "network", "volume", "netns", "records")
+    totals = {k: sum(len(r.left[k]) for r in results) for k in kinds}
+    summary = {
+        "tries": len(results), "seed": args.seed, "wall_s": round(wall, 1),
+        "by_command": {c: sum(r.command == c for r in results) for c in ("up", "run", "down")},
+        "killed_mid_command": sum(r.killed for r in results),
+        "down_all_failed": sum(r.down_rc != 0 for r in results),
+        "clean_tries": sum(r.clean for r in results),
+        "left": totals,
+        "tries_detail": [{"index": r.index, "command": r.command, "kill_at_s": r.kill_at_s, "killed": r.killed,
+                          "down_rc": r.down_rc, "left": r.left} for r in results],
+    }
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(f"\n{summary['clean_tries']}/{len(results)} tries left nothing "
+              f"({summary['killed_mid_command']} killed mid-command; by command {summary['by_command']}); "
+              f"`down --all` failed {summary['down_all_failed']} time(s); left in total: "
+              + ", ".join(f"{v} {k}" for k, v in totals.items()) + f"; {wall:.0f} s")
+    return 0 if summary["clean_tries"] == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

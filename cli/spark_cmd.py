@@ -1,0 +1,104 @@
+"""`testbed spark start|stop|status`: a local Spark Connect server
+(analysis/connect.py) so that repeated analyses skip the JVM start; and the
+one rule for which Spark an analysis uses (`spark_endpoint`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.state import state_dir
+
+console = Console()
+err = Console(stderr=True)
+spark_app = typer.Typer(help="Run a local Spark Connect server that analyses use while it is up.",
+                        no_args_is_help=True)
+
+
+def spark_endpoint(spark_master: str | None, spark_remote: str | None) -> str | None:
+    """The Connect URL an analysis uses, or None for a classic session:
+    --spark-remote, else $SPARK_REMOTE, else (unless --spark-master asks for
+    a classic session) the server `testbed spark start` left running."""
+    if spark_remote:
+        return spark_remote
+    if spark_master:
+        return None
+    if os.environ.get("SPARK_REMOTE"):
+        return os.environ["SPARK_REMOTE"]
+    from analysis.connect import running
+
+    server = running(state_dir())
+    return server.url if server is not None else None
+
+
+def _table(server, title: str) -> Table:
+    t = Table(title=title, show_header=False)
+    t.add_column("")
+    t.add_column("")
+    for key, value in server.to_dict().items():
+        if key == "started_at":
+            value = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(value))
+        t.add_row(key, str(value))
+    return t
+
+
+@spark_app.command("start")
+def start(
+    port: int | None = typer.Option(None, "--port", help="Listen on 127.0.0.1:PORT (default: a free port)."),
+    spark_master: str | None = typer.Option(
+        None, "--spark-master", help="The server's master (default $SPARK_MASTER, spark-defaults.conf, else local[*])."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the server as JSON."),
+) -> None:
+    """Start the server (or show the one already up) and wait until it listens."""
+    from analysis.connect import start as start_server
+
+    started = time.monotonic()
+    with err.status("starting the Spark Connect server", spinner="dots") as status:
+        server = start_server(
+            state_dir(), port=port, master=spark_master,
+            on_wait=lambda s: status.update(f"starting the Spark Connect server ({s:.0f} s)"),
+        )
+    if as_json:
+        typer.echo(json.dumps({**server.to_dict(), "start_s": round(time.monotonic() - started, 3)}))
+    else:
+        console.print(_table(server, "Spark Connect server"))
+        console.print(f"`testbed analyze` uses it while it is up; others can with SPARK_REMOTE={server.url}")
+
+
+@spark_app.command("stop")
+def stop(as_json: bool = typer.Option(False, "--json", help="Print the result as JSON.")) -> None:
+    """Stop the server this state directory started."""
+    from analysis.connect import stop as stop_server
+
+    server = stop_server(state_dir())
+    if as_json:
+        typer.echo(json.dumps({"stopped": server.to_dict() if server else None}))
+    else:
+        console.print(f"stopped the server (pid {server.pid})" if server else "no Spark Connect server was running")
+
+
+@spark_app.command("status")
+def status(as_json: bool = typer.Option(False, "--json", help="Print the status as JSON.")) -> None:
+    """Show whether the server is up; exit 3 when it is not."""
+    from analysis.connect import recorded, running
+
+    server = recorded(state_dir())
+    up = running(state_dir()) is not None
+    if as_json:
+        typer.echo(json.dumps({"up": up, "server": server.to_dict() if server else None}))
+    elif server is None:
+        console.print("no Spark Connect server is running (start one with `testbed spark start`)")
+    else:
+        console.print(_table(server, "Spark Connect server: " + ("up" if up else "starting")))
+    if not up:
+        raise typer.Exit(3)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(spark_app, name="spark")

@@ -1,0 +1,114 @@
+"""Each container sees only its own node directory, owned by the unprivileged
+uid its router runs as.
+
+Why: with the whole run directory mounted, any node could overwrite or delete
+another node's trace, and the router ran as root for no reason. Now:
+
+    run_dir/nodes/<node>/          0700, owned by the node's uid; mounted at /node
+      config.json                  the NodeConfig as the router sees it (paths under /node)
+      trace.pb  lag.json  node.log what the router writes
+
+The run directory keeps the shape every reader expects (traces/<node>.pb,
+node-logs/<node>.lag.json, node-logs/<node>.log): those paths are relative
+symlinks into the node directory, so analysis, `zip -r` and `tar` see the
+files where they always were, and a node restarted appends to the same trace.
+
+The uid: the invoking user's when the CLI does not run as root (the files are
+then simply the user's), else NODE_UID, the "nonroot" uid of distroless
+images, which owns nothing else on the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from node.config import NodeConfig
+from orchestrator.errors import InputError
+
+MOUNT = "/node"
+NODE_UID = 65532  # distroless "nonroot"
+CONFIG = "config.json"
+TRACE = "trace.pb"
+LAG = "lag.json"
+LOG = "node.log"
+
+
+@dataclass(frozen=True)
+class NodeUser:
+    uid: int
+    gid: int
+
+    @property
+    def docker_user(self) -> str:
+        return f"{self.uid}:{self.gid}"
+
+
+def node_user() -> NodeUser:
+    """The uid:gid routers run as: never 0."""
+    if os.getuid() != 0:
+        return NodeUser(os.getuid(), os.getgid())
+    return NodeUser(NODE_UID, NODE_UID)
+
+
+def node_dir(run_dir: Path, node: str) -> Path:
+    return run_dir / "nodes" / node
+
+
+def inside(name: str) -> str:
+    """A node directory file's path in the container."""
+    return f"{MOUNT}/{name}"
+
+
+def _link(host_path: str, target: Path, run_dir: Path, field: str) -> None:
+    """Make `host_path` (where the run directory's readers look) a relative
+    symlink to `target` in the node directory."""
+    link = Path(host_path)
+    if not link.is_absolute():
+        link = run_dir / link
+    link = link.parent.resolve() / link.name
+    if not link.is_relative_to(run_dir):
+        raise InputError(f"{field} {host_path}: a docker node can only write under the run directory {run_dir}")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    rel = os.path.relpath(target, link.parent)
+    if link.is_symlink() and os.readlink(link) == rel:
+        return
+    if link.exists() or link.is_symlink():
+        raise InputError(f"{field} {link}: already exists; a docker node's {field} must be a new file")
+    link.symlink_to(rel)
+
+
+def prepare(run_dir: Path, config: NodeConfig, user: NodeUser) -> NodeConfig:
+    """Create (or refresh, on a restart) the node's directory and config and
+    the run directory's links into it; returns the config as the router sees
+    it."""
+    run_dir = run_dir.resolve()
+    d = node_dir(run_dir, config.name)
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o700)
+    _link(config.trace_path, d / TRACE, run_dir, "trace_path")
+    _link(config.lag_path or config.trace_path + ".lag.json", d / LAG, run_dir, "lag_path")
+    _link(str(run_dir / "node-logs" / f"{config.name}.log"), d / LOG, run_dir, "log")
+    seen = dataclasses.replace(config, trace_path=inside(TRACE), lag_path=inside(LAG))
+    cfg = d / CONFIG
+    fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the testbed token
+    with os.fdopen(fd, "w") as f:
+        f.write(seen.to_json())
+    if os.getuid() == 0:
+        for path in (d, cfg):
+            os.chown(path, user.uid, user.gid)
+    return seen
+
+
+def isolation(user: NodeUser) -> dict[str, object]:
+    """What the manifest records about a container's privileges."""
+    return {
+        "user": user.docker_user,
+        "mounts": [f"run_dir/nodes/<node> at {MOUNT} (read-write): config, trace, lag file, log"],
+        "cap_drop": ["ALL"],
+        "read_only_rootfs": True,
+        "no_new_privileges": True,
+        "privileged": False,
+    }

@@ -1,0 +1,302 @@
+"""Removing a Docker testbed so that the removal converges at any scale.
+
+Why a module of its own: removing 250 containers from one bridge network at
+once is a known way to make Docker's network layer keep endpoints for
+containers that no longer exist; the network then refuses removal with "has
+active endpoints" and its subnet leaks. The cure is to avoid the race:
+
+1. every container is first disconnected from the testbed's networks, then
+   removed, a few at a time (PARALLEL);
+2. a network is removed only after every endpoint the testbed's labels and
+   container names account for has been force-disconnected, and removal is
+   retried with exponential backoff while Docker still reports endpoints;
+3. what is left after that is reported as a Leftover naming the resource and
+   the exact command that removes it (for a network whose endpoints only a
+   daemon restart clears, that restart), never silently dropped; the caller
+   keeps its state record so that a later `testbed down` retries.
+
+A Scope says which labelled objects one teardown may touch: one testbed or
+all, made under one state directory or under any (`testbed gc`). Nothing
+without our labels is ever removed.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from orchestrator.docker_util import LABEL_STATE, LABEL_TESTBED, Progress, say
+from orchestrator.errors import TeardownIncomplete
+
+PARALLEL = 8  # concurrent removals: enough to be quick, few enough not to race the network layer
+NETWORK_BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # waits between network removal attempts (~16 s)
+SETTLE_S = 0.5  # wait before the re-listing that catches objects a killed CLI's last calls created
+MAX_ROUNDS = 3
+DAEMON_RESTART = "systemctl restart docker"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which labelled objects a teardown may touch. `testbed` None: every
+    testbed. `state` None: made under any state directory; a string: only
+    those made under that one (objects from before the state label existed
+    count as the named testbed's, never as "every testbed's")."""
+
+    testbed: str | None
+    state: str | None
+
+    def label_filter(self) -> dict[str, str]:
+        return {"label": f"{LABEL_TESTBED}={self.testbed}" if self.testbed is not None else LABEL_TESTBED}
+
+    def admits(self, labels: dict[str, str]) -> bool:
+        if LABEL_TESTBED not in labels:
+            return False
+        if self.state is None:
+            return True
+        allowed = {self.state} if self.testbed is None else {self.state, ""}
+        return labels.get(LABEL_STATE, "") in allowed
+
+    def describe(self) -> str:
+        who = f"testbed {self.testbed}" if self.testbed is not None else "every testbed"
+        where = "any state directory" if self.state is None else f"state directory {self.state or '(none)'}"
+        return f"{who}, {where}"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One labelled Docker object, as listed before removal."""
+
+    kind: str  # container | network | volume
+    name: str
+    id: str
+    testbed: str
+    state: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "name": self.name, "id": self.id, "testbed": self.testbed, "state": self.state}
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """Something that could not be removed, why, and the command that removes it."""
+
+    resource: Resource
+    why: str
+    command: str
+
+    def line(self) -> str:
+        return f"{self.resource.kind} {self.resource.name} was not removed: {self.why}; remove it with: {self.command}"
+
+
+@dataclass
+class Found:
+    containers: list[Any] = field(default_factory=list)
+    networks: list[Any] = field(default_factory=list)
+    volumes: list[Any] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.containers or self.networks or self.volumes)
+
+    def resources(self) -> list[Resource]:
+        return ([_resource("container", c) for c in self.containers]
+                + [_resource("network", n) for n in self.networks]
+                + [_resource("volume", v) for v in self.volumes])
+
+
+@dataclass(frozen=True)
+class TeardownReport:
+    removed: tuple[str, ...]
+    left: tuple[Leftover, ...]
+
+    def raise_if_incomplete(self) -> list[str]:
+        """The removed lines, or TeardownIncomplete naming every leftover."""
+        if self.left:
+            raise TeardownIncomplete([lf.line() for lf in self.left], list(self.removed))
+        return list(self.removed)
+
+
+def labels_of(obj: Any) -> dict[str, str]:
+    attrs = getattr(obj, "attrs", {}) or {}
+    return attrs.get("Labels") or (attrs.get("Config") or {}).get("Labels") or {}
+
+
+def _resource(kind: str, obj: Any) -> Resource:
+    labels = labels_of(obj)
+    name = getattr(obj, "name", None) or getattr(obj, "id", "")
+    return Resource(kind, name.lstrip("/"), getattr(obj, "id", ""), labels.get(LABEL_TESTBED, ""),
+                    labels.get(LABEL_STATE, ""))
+
+
+def find(client: Any, scope: Scope) -> Found:
+    """Every container, network and volume the scope admits."""
+    flt = scope.label_filter()
+    return Found(
+        containers=[c for c in client.containers.list(all=True, filters=flt) if scope.admits(labels_of(c))],
+        networks=[n for n in client.networks.list(filters=flt) if scope.admits(labels_of(n))],
+        volumes=[v for v in client.volumes.list(filters=flt) if scope.admits(labels_of(v))],
+    )
+
+
+def bounded(fn: Callable[[Any], Any], items: list[Any], workers: int = PARALLEL) -> list[Any]:
+    """fn over items, at most `workers` at a time; on an exception (Ctrl-C
+    included) the calls not yet started are cancelled, not run."""
+    if len(items) <= 1:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(fn, i) for i in items]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def teardown(client: Any, scope: Scope, progress: Progress = None, sleep: Callable[[float], None] = time.sleep
+             ) -> TeardownReport:
+    """Remove everything the scope admits; see the module docstring for the
+    order. Repeats while a re-listing finds objects (created by calls still in
+    flight when a CLI was killed), at most MAX_ROUNDS times."""
+    removed: list[str] = []
+    left: dict[str, Leftover] = {}
+    for round_no in range(MAX_ROUNDS):
+        found = find(client, scope)
+        pending = [r for r in found.resources() if r.id not in left]
+        if not pending:
+            break
+        if round_no:
+            say(progress, f"found {len(pending)} more object(s); removing them too")
+        ours = {c.id for c in found.containers}
+        our_networks = {n.name for n in found.networks}
+        for line, leftover in bounded(partial(_remove_container, our_networks=our_networks), found.containers):
+            _note(line, leftover, removed, left)
+        for network in found.networks:
+            _note(*_remove_network(client, network, ours, sleep), removed, left)
+        for volume in found.volumes:
+            _note(*_remove_volume(volume), removed, left)
+        sleep(SETTLE_S)
+    return TeardownReport(tuple(removed), tuple(left.values()))
+
+
+def _note(line: str | None, leftover: Leftover | None, removed: list[str], left: dict[str, Leftover]) -> None:
+    if line:
+        removed.append(line)
+    if leftover is not None:
+        left[leftover.resource.id] = leftover
+
+
+def _api_error() -> type[Exception]:
+    import docker.errors  # noqa: PLC0415
+
+    return docker.errors.APIError
+
+
+def _not_found() -> type[Exception]:
+    import docker.errors  # noqa: PLC0415
+
+    return docker.errors.NotFound
+
+
+def _explain(exc: Exception) -> str:
+    return str(getattr(exc, "explanation", None) or exc).strip()
+
+
+def _remove_container(container: Any, our_networks: set[str]) -> tuple[str | None, Leftover | None]:
+    res = _resource("container", container)
+    if LABEL_TESTBED not in labels_of(container):  # belt and braces: never unlabelled
+        return None, None
+    attached = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
+    for net in sorted(set(attached) & our_networks):
+        try:
+            container.client.api.disconnect_container_from_network(container.id, net, force=True)
+        except _api_error():
+            pass  # not connected any more, or the container is going: removal below decides
+    try:
+        container.remove(force=True, v=True)
+    except _not_found():
+        return None, None
+    except _api_error() as exc:
+        text = _explain(exc)
+        if "already in progress" in text:
+            return None, None
+        return None, Leftover(res, text, f"docker rm -f {shlex.quote(res.name)}")
+    return f"removed container {res.name} ({res.testbed})", None
+
+
+def _accounted_for(endpoint_id: str, endpoint: dict[str, Any], ours: set[str], prefix: str) -> bool:
+    """An endpoint is the testbed's when its container was one of ours (by id)
+    or carries the testbed's container-name prefix (a stale endpoint of a
+    container that is gone has nothing else)."""
+    name = (endpoint.get("Name") or "").lstrip("/")
+    return endpoint_id in ours or name.startswith(prefix)
+
+
+def _remove_network(client: Any, network: Any, ours: set[str], sleep: Callable[[float], None]
+                    ) -> tuple[str | None, Leftover | None]:
+    res = _resource("network", network)
+    prefix = f"gtb-{re.sub(r'[^a-zA-Z0-9_.-]', '_', res.testbed)}-"
+    last = ""
+    for attempt, wait in enumerate((0.0, *NETWORK_BACKOFF_S)):
+        if wait:
+            sleep(wait)
+        try:
+            network.reload()
+        except _not_found():
+            return None, None
+        endpoints = network.attrs.get("Containers") or {}
+        foreign = sorted((e.get("Name") or i) for i, e in endpoints.items()
+                         if not _accounted_for(i, e, ours, prefix))
+        if foreign:
+            shown = " ".join(shlex.quote(f) for f in foreign[:3])
+            return None, Leftover(
+                res, f"still used by container(s) without the testbed's labels: {', '.join(foreign[:10])}",
+                f"docker network disconnect -f {shlex.quote(res.name)} {shown} && docker network rm {shlex.quote(res.name)}",
+            )
+        for endpoint_id, endpoint in list(endpoints.items()):
+            target = endpoint_id if endpoint_id in ours else (endpoint.get("Name") or endpoint_id)
+            try:
+                client.api.disconnect_container_from_network(target, network.id, force=True)
+            except _api_error():
+                pass  # the retry below says whether it mattered
+        try:
+            network.remove()
+        except _not_found():
+            return None, None
+        except _api_error() as exc:
+            last = _explain(exc)
+            continue
+        extra = f" after {attempt + 1} attempts" if attempt else ""
+        return f"removed network {res.name} ({res.testbed}){extra}", None
+    name = shlex.quote(res.name)
+    if "active endpoints" in last:
+        return None, Leftover(
+            res, f"Docker still reports active endpoints after {len(NETWORK_BACKOFF_S) + 1} attempts "
+                 f"with every endpoint force-disconnected ({last}); only a daemon restart clears them",
+            f"docker network rm {name} || ({DAEMON_RESTART} && docker network rm {name})",
+        )
+    return None, Leftover(res, last or "unknown error", f"docker network rm {name}")
+
+
+def _remove_volume(volume: Any) -> tuple[str | None, Leftover | None]:
+    res = _resource("volume", volume)
+    try:
+        volume.remove(force=True)
+    except _not_found():
+        return None, None
+    except _api_error() as exc:
+        return None, Leftover(res, _explain(exc), f"docker volume rm -f {shlex.quote(res.name)}")
+    return f"removed volume {res.name} ({res.testbed})", None
+
+
+def summary(resources: Iterable[Resource]) -> str:
+    counts: dict[str, int] = {}
+    for r in resources:
+        counts[r.kind] = counts.get(r.kind, 0) + 1
+    return ", ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in sorted(counts.items())) or "nothing"
+

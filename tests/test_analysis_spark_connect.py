@@ -1,0 +1,76 @@
+"""`testbed spark start|stop|status` and analyses through Spark Connect,
+through the installed console script: a server that is up serves `testbed
+analyze` with the same figures; one that is not gives exit 3 quickly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.spark_fixtures import requires_java
+
+TESTBED = Path(sys.executable).parent / "testbed"
+CI_RUN = Path(__file__).parent / "fixtures" / "analysis_before" / "ci"
+
+
+def cli(*argv: str, state: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_MASTER")}
+    env["TESTBED_STATE_DIR"] = str(state)
+    return subprocess.run([str(TESTBED), *argv], capture_output=True, text=True, timeout=timeout, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+def copy_run(tmp_path: Path) -> Path:
+    run = tmp_path / "ci"
+    shutil.copytree(CI_RUN, run, ignore=shutil.ignore_patterns("*.before.json"))
+    return run
+
+
+def test_status_without_a_server_exits_3(tmp_path):
+    out = cli("spark", "status", "--json", state=tmp_path)
+    assert out.returncode == 3
+    assert json.loads(out.stdout) == {"up": False, "server": None}
+    assert cli("spark", "stop", state=tmp_path).returncode == 0
+
+
+def test_unreachable_remote_exits_3_at_once(tmp_path):
+    out = cli("analyze", str(copy_run(tmp_path)), "--spark-remote", "sc://127.0.0.1:1", state=tmp_path, timeout=60)
+    assert out.returncode == 3
+    assert "no Spark Connect server answers at sc://127.0.0.1:1" in out.stderr
+
+
+@requires_java
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_running_server_serves_analyze(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    try:
+        started = cli("spark", "start", "--json", state=state)
+        assert started.returncode == 0, started.stderr
+        server = json.loads(started.stdout)
+        assert server["url"].startswith("sc://127.0.0.1:")
+        status = cli("spark", "status", "--json", state=state)
+        assert status.returncode == 0 and json.loads(status.stdout)["up"] is True
+        again = cli("spark", "start", "--json", state=state)  # already up: the same server
+        assert json.loads(again.stdout)["pid"] == server["pid"]
+
+        run = copy_run(tmp_path)
+        out = cli("analyze", str(run), "--json", state=state)  # no flag: the running server
+        assert out.returncode == 0, out.stderr
+        summary = json.loads(out.stdout)
+        before = json.loads((CI_RUN / "summary.before.json").read_text())
+        for key in ("messages", "expected_deliveries", "deliveries", "delivery_ratio", "latency_ms", "duplicates",
+                    "mesh_degree", "control"):
+            assert summary[key] == before[key], key
+    finally:
+        stopped = cli("spark", "stop", "--json", state=state)
+    assert stopped.returncode == 0
+    assert json.loads(stopped.stdout)["stopped"]["pid"] == server["pid"]
+    assert cli("spark", "status", state=state).returncode == 3

@@ -1,0 +1,241 @@
+"""Teardown on a real Docker engine: a failed run cleans up like a successful
+one (readiness timeout with many containers, an exception in the workload,
+SIGTERM and Ctrl-C of the CLI), `down` keeps the record and names the command
+when something cannot be removed, `testbed gc` lists before it removes, and
+each container can only touch its own node directory.
+
+Every test works under its own TESTBED_STATE_DIR and removes only what it
+made; `testbed gc` is only run scoped to a testbed the test created (or with
+--dry-run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.docker_fixtures import (  # noqa: F401 - fixtures
+    SINK_ENTRYPOINT,
+    docker_backends,
+    needs_docker,
+    node_image,
+    sink_config,
+    tcp_reachable,
+    unique_testbed,
+    wait_for,
+)
+from tests.kill_harness import labelled, live_netns, records, sandbox_keys
+
+pytestmark = [pytest.mark.docker, needs_docker]
+
+TESTBED = Path(sys.executable).parent / "testbed"
+
+
+def experiment(tmp_path: Path, name: str, nodes: int, messages: int = 1, interval: str = "100ms") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"""\
+name: {name}
+seed: 3
+nodes:
+  count: {nodes}
+  router: gossipsub
+  router_params: {{D: 3, D_low: 2, D_high: 6}}
+  topics: [t]
+  resources: {{memory: 96m}}
+overlay:
+  type: random_regular
+  degree: 3
+links:
+  latency: {{model: constant, ms: 5}}
+workload:
+  messages: {messages}
+  interval: {interval}
+  size: 64
+  publishers: {{nodes: [n0]}}
+linger: 0s
+""")
+    return path
+
+
+def state_env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "TESTBED_STATE_DIR": str(tmp_path / "state")}
+
+
+def assert_nothing_left(state: Path, netns: set[str]) -> None:
+    assert labelled(state) == {"container": [], "network": [], "volume": []}
+    assert records(state) == []
+    assert live_netns(netns) == []
+
+
+def test_readiness_timeout_with_thirty_containers_leaves_nothing(tmp_path, monkeypatch, node_image):
+    from cli.postrun import plan_runs
+    from orchestrator.controller import run_experiment
+    from orchestrator.docker_backend import DockerBackend
+    from orchestrator.errors import TestbedError
+
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
+    state = tmp_path / "state"
+    netns: set[str] = set()
+    original = DockerBackend.start_many
+
+    def start_and_note(self, configs):
+        original(self, configs)
+        netns.update(sandbox_keys(state))
+
+    monkeypatch.setattr(DockerBackend, "start_many", start_and_note)
+    planned = plan_runs(experiment(tmp_path, "ready", 30), None, tmp_path / "run", "docker", None).runs[0]
+    with pytest.raises(TestbedError, match="never came up"):
+        run_experiment(planned.resolved, planned.resolved_yaml, "docker", planned.run_dir, ready_timeout=0.0)
+    assert len(netns) == 30
+    assert_nothing_left(state, netns)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and manifest["isolation"]["cap_drop"] == ["ALL"]
+    assert "never came up" in (tmp_path / "run" / "events.jsonl").read_text()
+
+
+def test_an_exception_in_the_workload_tears_down(tmp_path, monkeypatch, node_image):
+    from cli.postrun import plan_runs
+    from orchestrator.controller import Controller, run_experiment
+
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
+
+    def broken(self, resolved):
+        raise RuntimeError("workload broke")
+
+    monkeypatch.setattr(Controller, "run_workload", broken)
+    planned = plan_runs(experiment(tmp_path, "wl", 4), None, tmp_path / "run", "docker", None).runs[0]
+    with pytest.raises(RuntimeError, match="workload broke"):
+        run_experiment(planned.resolved, planned.resolved_yaml, "docker", planned.run_dir)
+    assert_nothing_left(tmp_path / "state", set())
+    assert len(list((tmp_path / "run" / "traces").glob("*.pb"))) == 4
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signalled_run_tears_down_before_it_exits(tmp_path, sig, code, node_image):
+    env = state_env(tmp_path)
+    state = tmp_path / "state"
+    file = experiment(tmp_path, "sig", 6, messages=300, interval="100ms")
+    proc = subprocess.Popen([str(TESTBED), "run", str(file), "--backend", "docker", "--no-report",
+                             "--out", str(tmp_path / "run")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        events = tmp_path / "run" / "events.jsonl"
+        assert wait_for(lambda: proc.poll() is not None or (events.is_file() and '"all_up"' in events.read_text()),
+                        timeout=120)
+        assert proc.poll() is None, proc.communicate()
+        netns = sandbox_keys(state)
+        assert len(netns) == 6
+        time.sleep(1.0)  # in the workload
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err
+    assert_nothing_left(state, netns)
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "finished"
+
+
+def test_down_keeps_the_record_and_names_the_command_when_something_stays(tmp_path, monkeypatch, capsys):
+    from orchestrator.docker_backend import DockerBackend
+    from orchestrator.errors import TeardownIncomplete
+    from orchestrator.state import StateStore
+    from tests.cli_helpers import run_cli
+
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
+    store = StateStore()
+    store.create({"name": "stuck", "backend": "docker", "run_dir": str(tmp_path / "run"), "nodes": {}})
+    command = "docker network rm gtb-stuck || (systemctl restart docker && docker network rm gtb-stuck)"
+    stuck = [True]
+
+    def cleanup(cls, testbed):
+        if stuck[0]:
+            raise TeardownIncomplete([f"network gtb-stuck was not removed: active endpoints; remove it with: {command}"],
+                                     [])
+        return []
+
+    monkeypatch.setattr(DockerBackend, "cleanup", classmethod(cleanup))
+    assert run_cli("down", "stuck") == 1
+    assert command in capsys.readouterr().err
+    assert store.exists("stuck")
+    assert run_cli("down", "--all", "--json") == 1
+    assert json.loads(capsys.readouterr().out)["left"][0].endswith(command)
+    assert store.exists("stuck")
+    stuck[0] = False  # the user ran the command: a later down finishes
+    assert run_cli("down", "stuck") == 0
+    assert not store.exists("stuck")
+
+
+def test_gc_lists_asks_and_removes_a_testbed_from_another_state_dir(docker_backends, tmp_path, monkeypatch):
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state-a"))
+    backend = docker_backends(unique_testbed("gc"), entrypoint=SINK_ENTRYPOINT)
+    addresses = backend.prepare(["n0"])
+    backend.start(sink_config(backend, "n0", addresses))
+    env = {**os.environ, "TESTBED_STATE_DIR": str(tmp_path / "state-b")}  # a state dir that knows nothing
+
+    def gc(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run([str(TESTBED), "gc", *args], env=env, input=stdin, capture_output=True, text=True,
+                              timeout=120)
+
+    # `down --all` of the other state dir does not see it
+    down = subprocess.run([str(TESTBED), "down", "--all", "--json"], env=env, capture_output=True, text=True)
+    assert down.returncode == 0 and json.loads(down.stdout)["removed"] == []
+    # the unscoped listing finds it, removes nothing
+    listing = gc("--dry-run", "--json")
+    assert listing.returncode == 0, listing.stderr
+    doc = json.loads(listing.stdout)
+    found = {(r["kind"], r["name"]) for r in doc["found"]}
+    assert {("container", f"gtb-{backend.testbed}-n0"), ("network", backend.network_name)} <= found
+    assert doc["removed"] == [] and all(r["state"] for r in doc["found"] if r["testbed"] == backend.testbed)
+    # asked and declined: nothing removed, exit 1
+    declined = gc("--testbed", backend.testbed, stdin="n\n")
+    assert declined.returncode == 1 and "remove 1 container, 1 network?" in declined.stderr
+    assert backend.network_name in declined.stdout
+    assert len(labelled(tmp_path / "state-a")["container"]) == 1
+    # --json cannot prompt
+    assert gc("--testbed", backend.testbed, "--json").returncode == 2
+    removed = gc("--testbed", backend.testbed, "--yes", "--json")
+    assert removed.returncode == 0, removed.stderr
+    assert len(json.loads(removed.stdout)["removed"]) == 2
+    assert labelled(tmp_path / "state-a") == {"container": [], "network": [], "volume": []}
+
+
+def test_a_container_touches_only_its_own_node_directory(docker_backends):
+    backend = docker_backends()  # the real router
+    addresses = backend.prepare(["a", "b"])
+    backend.start(sink_config(backend, "a", addresses))
+    backend.start(sink_config(backend, "b", addresses, peers=["a"]))
+    assert wait_for(lambda: tcp_reachable(backend.ips["b"], 4001))
+    container = backend._container("a")
+    mounts = container.attrs["Mounts"]
+    assert [(m["Source"], m["Destination"], m["RW"]) for m in mounts] == [
+        (str(backend.run_dir / "nodes" / "a"), "/node", True)]
+    uid = int(container.attrs["Config"]["User"].split(":")[0])
+    assert uid != 0
+    probe = (
+        "import os\n"
+        "print(os.getuid())\n"
+        "for p in ('/node/x', '/x', '/run-dir/x'):\n"
+        "    try:\n"
+        "        open(p, 'w').close(); print(p, 'ok')\n"
+        "    except OSError as e:\n"
+        "        print(p, type(e).__name__)\n"
+        "print(sorted(os.listdir('/node')))\n"
+    )
+    out = container.exec_run(["python3", "-c", probe]).output.decode().split("\n")
+    assert out[0] == str(uid)
+    assert out[1] == "/node/x ok" and out[2] == "/x OSError" and out[3] == "/run-dir/x FileNotFoundError"
+    assert "trace.pb" in out[4] and "config.json" in out[4]
+    node_dir = backend.run_dir / "nodes" / "a"
+    assert node_dir.stat().st_uid == uid and node_dir.stat().st_mode & 0o777 == 0o700
+    assert wait_for(lambda: (backend.run_dir / "traces" / "a.pb").is_file())
+    assert (backend.run_dir / "traces" / "a.pb").resolve() == node_dir / "trace.pb"
+    assert (node_dir / "trace.pb").stat().st_uid == uid
+    assert backend.isolation()["user"] == container.attrs["Config"]["User"]
+
