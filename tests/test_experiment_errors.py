@@ -235,9 +235,9 @@ def test_schema_command_prints_json(capsys):
 
 
 def test_wire_values_and_combinations(tmp_path, capsys):
-    assert_error(tmp_path, capsys, BASE + "wire: {security: tls}\n", 13, "wire.security", "noise, plaintext", "'tls'")
+    assert_error(tmp_path, capsys, BASE + "wire: {security: tls}\n", 13, "wire.security", "noise or plaintext", "'tls'")
     assert_error(tmp_path, capsys, BASE + "wire: {authenticity: signed}\n", 13, "wire.authenticity",
-                 "strict, author, anonymous")
+                 "strict, author or anonymous")
     assert_error(tmp_path, capsys, BASE + "wire:\n  authenticity: anonymous\n", 14, "wire.authenticity",
                  "first-8-bytes")
     small = BASE.replace("  messages: 5", "  messages: 5\n  size: 7")
