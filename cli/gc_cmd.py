@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.errors import InputError
+from orchestrator.progress import RichReporter
 
 if TYPE_CHECKING:
     from orchestrator.docker_teardown import Resource
@@ -59,7 +60,7 @@ def gc(
         if not yes and not typer.confirm(f"remove {summary(resources)}?", default=False, err=True):
             err.print("nothing removed")
             raise typer.Exit(1)
-        report = teardown(client, scope, progress=None if as_json else err.print)
+        report = teardown(client, scope, reporter=None if as_json else RichReporter(err))
     finally:
         client.close()
     if as_json:

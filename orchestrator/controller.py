@@ -248,7 +248,7 @@ class Controller:
         self._set_status("running", workload_t0_ns=t0)
         run_timeline(resolved, t0, self.reporter, self.publish, lambda action: self.churn(action, wait=False))
         end_ns = t0 + round(resolved.end_time() * 1e9)
-        if getattr(resolved, "linger_auto", False):
+        if resolved.linger_auto:
             sleep_until(t0 + round(last_action_s(resolved) * 1e9))
             self.drain_churn()
             took = linger_until_quiet(self.nodes, self.backend, end_ns, self.reporter)

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from orchestrator.docker_util import LABEL_STATE, LABEL_TESTBED, Progress, say
+from orchestrator.docker_util import LABEL_STATE, LABEL_TESTBED
+from orchestrator.progress import Reporter
 from orchestrator.errors import TeardownIncomplete
 
 PARALLEL = 8  # concurrent removals: enough to be quick, few enough not to race the network layer
@@ -158,8 +159,8 @@ def bounded(fn: Callable[[Any], Any], items: list[Any], workers: int = PARALLEL)
             raise
 
 
-def teardown(client: Any, scope: Scope, progress: Progress = None, sleep: Callable[[float], None] = time.sleep
-             ) -> TeardownReport:
+def teardown(client: Any, scope: Scope, reporter: Reporter | None = None,
+             sleep: Callable[[float], None] = time.sleep) -> TeardownReport:
     """Remove everything the scope admits; see the module docstring for the
     order. Repeats while a re-listing finds objects (created by calls still in
     flight when a CLI was killed), at most MAX_ROUNDS times."""
@@ -171,7 +172,7 @@ def teardown(client: Any, scope: Scope, progress: Progress = None, sleep: Callab
         if not pending:
             break
         if round_no:
-            say(progress, f"found {len(pending)} more object(s); removing them too")
+            (reporter or Reporter()).note(f"found {len(pending)} more object(s); removing them too")
         ours = {c.id for c in found.containers}
         our_networks = {n.name for n in found.networks}
         for line, leftover in bounded(partial(_remove_container, our_networks=our_networks), found.containers):

@@ -75,7 +75,7 @@ def assert_nothing_left(state: Path, netns: set[str]) -> None:
 
 def test_readiness_timeout_with_thirty_containers_leaves_nothing(tmp_path, monkeypatch, node_image):
     from cli.postrun import plan_runs
-    from orchestrator.controller import run_experiment
+    from orchestrator.runs import run_experiment
     from orchestrator.docker_backend import DockerBackend
     from orchestrator.errors import TestbedError
 
@@ -101,7 +101,8 @@ def test_readiness_timeout_with_thirty_containers_leaves_nothing(tmp_path, monke
 
 def test_an_exception_in_the_workload_tears_down(tmp_path, monkeypatch, node_image):
     from cli.postrun import plan_runs
-    from orchestrator.controller import Controller, run_experiment
+    from orchestrator.controller import Controller
+    from orchestrator.runs import run_experiment
 
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
 
@@ -154,7 +155,7 @@ def test_down_keeps_the_record_and_names_the_command_when_something_stays(tmp_pa
     command = "docker network rm gtb-stuck || (systemctl restart docker && docker network rm gtb-stuck)"
     stuck = [True]
 
-    def cleanup(cls, testbed):
+    def cleanup(cls, testbed, store):
         if stuck[0]:
             raise TeardownIncomplete([f"network gtb-stuck was not removed: active endpoints; remove it with: {command}"],
                                      [])

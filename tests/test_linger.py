@@ -1,10 +1,6 @@
 """`linger: auto` on real backends: after the workload and churn the
 controller waits until no node's RPC and delivery counters change between two
-polls of its status, at most until the linger bound, then stops.
-
-The experiment model is being rewritten on another branch; until it lands,
-the controller reads `ResolvedExperiment.linger_auto` with getattr, and
-these tests add the field in a subclass."""
+polls of its status, at most until the linger bound, then stops."""
 
 from __future__ import annotations
 
@@ -17,7 +13,6 @@ from typing import Any
 import pytest
 
 from orchestrator.backend import BackendContext
-from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.lifecycle import NodeLife, Process
 from orchestrator.nodestate import NodeState
 from orchestrator.process_backend import ProcessBackend
@@ -25,11 +20,6 @@ from orchestrator.progress import Reporter
 from orchestrator.state import StateStore
 from orchestrator.workload import linger_until_quiet
 from tests.test_process_backend import small_experiment, state_dir  # noqa: F401 - fixture
-
-
-@dataclasses.dataclass(frozen=True)
-class AutoLinger(ResolvedExperiment):
-    linger_auto: bool = True
 
 
 class ScriptedClient:
@@ -83,8 +73,7 @@ def test_run_stops_once_quiet_not_at_the_bound(state_dir, tmp_path):  # noqa: F8
     from orchestrator.runs import run_experiment
 
     base = small_experiment(n=4, duration=1.0)
-    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(ResolvedExperiment)}
-    resolved = AutoLinger(**{**fields, "duration": 1.0, "linger": 30.0})
+    resolved = dataclasses.replace(base, duration=1.0, linger=30.0, linger_auto=True)
     run_dir = tmp_path / "run"
     run_experiment(resolved, None, "process", run_dir)
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
