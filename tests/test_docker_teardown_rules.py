@@ -240,7 +240,7 @@ def test_node_directory_config_and_a_trace_path_outside_the_run_directory(tmp_pa
     from orchestrator import docker_nodedir
     from orchestrator.errors import InputError
 
-    cfg = NodeConfig(name="a", router="floodsub", seed=1, listen_host="10.0.0.2", listen_port=4001,
+    cfg = NodeConfig(name="a", index=0, router="floodsub", seed=1, listen_host="10.0.0.2", listen_port=4001,
                      control_host="10.0.0.2", control_port=4002, token="t", trace_path=str(tmp_path / "run" / "traces" / "a.pb"))
     seen = docker_nodedir.prepare(tmp_path / "run", cfg, docker_nodedir.node_user())
     assert (seen.trace_path, seen.lag_path) == ("/node/trace.pb", "/node/lag.json")

@@ -11,7 +11,6 @@ virtualisation, else under qemu's TCG with an instruction-counting clock
 
 from __future__ import annotations
 
-import math
 import shlex
 
 import pytest
@@ -61,8 +60,9 @@ def test_each_link_gets_its_own_shape(measured, name):
     shape = row.link.expect
     assert row.sent == netem.PROBES
     assert abs(row.rtt_median_ms - shape.delay_ms) <= RTT_TOLERANCE_MS, row
-    # netem's jitter without a distribution is uniform in +-jitter: sd = j/sqrt(3).
-    assert abs(row.rtt_mdev_ms - shape.jitter_ms / math.sqrt(3)) <= JITTER_TOLERANCE_MS, row
+    # netem's jitter without a distribution is uniform in +-jitter: its
+    # quartiles are -j/2 and +j/2, so the interquartile range is j.
+    assert abs(row.rtt_iqr_ms - shape.jitter_ms) <= JITTER_TOLERANCE_MS, row
     assert abs(row.loss - shape.loss) <= LOSS_TOLERANCE, row
     if row.link.rate_bps is not None:
         assert row.rate_bps is not None
@@ -81,7 +81,7 @@ def test_parsing_a_report_reads_every_figure():
         [f"@@rc tc {sender}-{i} 0" for sender, program in programs.items() for i in range(len(program))]
         + ["kernel noise", "@@begin stats a", "qdisc htb 1: root", "@@end"]
         + [line for link in netem.links() for line in (
-            f"@@begin ping {link.name}", "median 10.5",
+            f"@@begin ping {link.name}", "median 10.5 9.9 11.3",
             "1000 packets transmitted, 970 received, 3% packet loss, time 10010ms",
             "rtt min/avg/max/mdev = 9.1/10.6/12.0/0.8 ms", "@@end")]
         + [line for link in netem.links() if link.rate_bps for line in (
@@ -97,7 +97,8 @@ def test_parsing_a_report_reads_every_figure():
     assert result.uplink_bps == 12_000_000.0
     for row in result.rows:
         assert (row.sent, row.received) == (1000, 970)
-        assert (row.rtt_median_ms, row.rtt_avg_ms, row.rtt_mdev_ms) == (10.5, 10.6, 0.8)
+        assert (row.rtt_median_ms, row.rtt_avg_ms) == (10.5, 10.6)
+        assert row.rtt_iqr_ms == pytest.approx(1.4)
         assert row.rate_bps == (2_000_000.0 if row.link.rate_bps else None)
 
 

@@ -212,8 +212,8 @@ def _rust(f: HostFacts) -> Check:
 def _pylibp2p(f: HostFacts) -> Check:
     if f.pylibp2p:
         return Check("py-libp2p venv", OK, f.pylibp2p)
-    return Check("py-libp2p venv", MISSING, "no .venv-pylibp2p", "no py-libp2p routers",
-                 "python3 -m venv .venv-pylibp2p && .venv-pylibp2p/bin/pip install libp2p")
+    return Check("py-libp2p venv", MISSING, "no .venv-pylibp2p", "the py-libp2p interop tests are skipped",
+                 "scripts/pylibp2p-venv.sh (its own hash-locked venv: py-libp2p needs protobuf<7)")
 
 
 def _chromium(f: HostFacts) -> Check:

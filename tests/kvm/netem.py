@@ -89,7 +89,7 @@ class Measured:
     received: int
     rtt_median_ms: float
     rtt_avg_ms: float
-    rtt_mdev_ms: float
+    rtt_iqr_ms: float  # interquartile range: jitter +-j (uniform) gives j
     rate_bps: float | None
 
     @property
@@ -143,10 +143,10 @@ def guest_script(modules: tuple[str, ...]) -> str:
         "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev",
         "mount -t tmpfs run /run; mount -t tmpfs tmp /tmp",
         "section() { echo \"@@begin $1 $2\"; cat \"$3\"; echo '@@end'; }",
-        # The median of ping's per-reply times (an emulated CPU's stalls are
-        # outliers that move the mean, not the median).
+        # The median and quartiles of ping's per-reply times (an emulated CPU's
+        # stalls are outliers that move the mean and ping's mdev, not these).
         "median() { grep -o 'time=[0-9.]*' \"$1\" | cut -d= -f2 | sort -n"
-        " | awk '{v[NR]=$1} END {if (NR) print \"median\", v[int((NR+1)/2)]}'; }",
+        " | awk '{v[NR]=$1} END {if (NR) print \"median\", v[int((NR+1)/2)], v[int((NR+3)/4)], v[int((3*NR+1)/4)]}'; }",
     ]
     lines += [f"insmod /modules/{module}.ko || echo '@@error insmod {module}'" for module in modules]
     lines += [
@@ -303,23 +303,24 @@ def _sections(console: str) -> tuple[dict[tuple[str, str], str], dict[tuple[str,
 
 
 def _ping(text: str) -> tuple[int, int, float, float, float]:
-    """(sent, received, median, avg, mdev ms) from iputils ping's summary and
-    the guest's median line."""
+    """(sent, received, median, avg, interquartile range ms) from iputils
+    ping's summary and the guest's median line."""
     sent = received = 0
-    median = avg = mdev = float("nan")
+    median = avg = iqr = float("nan")
     for line in text.splitlines():
         if line.startswith("median "):
-            median = float(line.split()[1])
+            _, mid, q1, q3 = line.split()
+            median, iqr = float(mid), float(q3) - float(q1)
         elif "packets transmitted" in line:
             parts = line.split(",")
             sent = int(parts[0].split()[0])
             received = int(parts[1].split()[0])
         elif line.startswith("rtt ") or line.startswith("round-trip"):
             values = line.split("=")[1].split()[0].split("/")
-            avg, mdev = float(values[1]), float(values[3])
+            avg = float(values[1])
     if not sent:
         raise GuestError(f"no ping summary in:\n{text}")
-    return sent, received, median, avg, mdev
+    return sent, received, median, avg, iqr
 
 
 def _rate(text: str) -> float:
@@ -342,9 +343,9 @@ def parse(console: str, elapsed: float) -> Result:
     sections, _ = _sections(console)
     rows = []
     for link in links():
-        sent, received, median, avg, mdev = _ping(sections[("ping", link.name)])
+        sent, received, median, avg, iqr = _ping(sections[("ping", link.name)])
         rate = _rate(sections[("rate", link.name)]) if link.rate_bps is not None else None
-        rows.append(Measured(link, sent, received, median, avg, mdev, rate))
+        rows.append(Measured(link, sent, received, median, avg, iqr, rate))
     programs = {sender: tuple(shlex.join(argv) for argv in program) for sender, program in tc_programs().items()}
     stats = {sender: sections.get(("stats", sender), "") for sender in programs}
     uplink = sum(_rate(text) for (kind, name), text in sections.items()
@@ -366,14 +367,14 @@ def main() -> int:
         Path(sys.argv[1]).write_text(result.console)
     table = Table(title=f"netem under Linux {guest.release}, qemu {guest.accelerator} "
                         f"({result.boot_to_poweroff_s:.1f} s boot to power-off)")
-    for column in ("link", "delay/jitter", "RTT median", "avg", "mdev", "loss set", "loss seen", "rate set", "rate seen"):
+    for column in ("link", "delay/jitter", "RTT median", "avg", "IQR", "loss set", "loss seen", "rate set", "rate seen"):
         table.add_column(column, justify="right")
     for row in result.rows:
         shape = row.link.expect
         set_rate = row.link.rate_bps
         table.add_row(
             row.link.name, f"{shape.delay_ms:g}/{shape.jitter_ms:g} ms",
-            f"{row.rtt_median_ms:.3f} ms", f"{row.rtt_avg_ms:.3f} ms", f"{row.rtt_mdev_ms:.3f} ms",
+            f"{row.rtt_median_ms:.3f} ms", f"{row.rtt_avg_ms:.3f} ms", f"{row.rtt_iqr_ms:.3f} ms",
             f"{shape.loss:.1%}", f"{row.loss:.1%} ({row.sent - row.received}/{row.sent})",
             f"{set_rate / 1e6:g} Mbit/s" if set_rate else "-",
             f"{row.rate_bps / 1e6:.3f} Mbit/s" if row.rate_bps is not None else "-",
