@@ -17,20 +17,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cli.tables import fmt
 from orchestrator.errors import InputError
 
 console = Console()
 err_console = Console(stderr=True)
-
-
-def _fmt(v, digits: int = 4) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.{digits}g}"
-    return str(v)
 
 
 def summary_table(summary: dict) -> Table:
@@ -46,28 +37,28 @@ def summary_table(summary: dict) -> Table:
         ("deliveries", summary.get("deliveries")),
         ("delivery ratio", summary.get("delivery_ratio")),
         ("latency p50 / p90 / p99 / max (ms)",
-         " / ".join(_fmt(lat.get(k)) for k in ("p50", "p90", "p99", "max"))),
+         " / ".join(fmt(lat.get(k)) for k in ("p50", "p90", "p99", "max"))),
         ("duplicates (per message)",
-         f"{_fmt(summary.get('duplicates'))} ({_fmt(summary.get('duplicates_per_message'))})"),
+         f"{fmt(summary.get('duplicates'))} ({fmt(summary.get('duplicates_per_message'))})"),
         ("amplification", summary.get("amplification")),
         ("stretch p50 / p99",
-         " / ".join(_fmt((summary.get("stretch") or {}).get(k)) for k in ("p50", "p99"))),
+         " / ".join(fmt((summary.get("stretch") or {}).get(k)) for k in ("p50", "p99"))),
         ("control publish/deliver/graft/prune/ihave/iwant",
-         " / ".join(_fmt((summary.get("control") or {}).get(k))
+         " / ".join(fmt((summary.get("control") or {}).get(k))
                     for k in ("publish", "deliver", "graft", "prune", "ihave", "iwant"))),
         ("mesh degree mean", summary.get("mesh_degree_mean")),
         ("load gini / max-over-mean",
-         f"{_fmt(summary.get('load_gini'))} / {_fmt(summary.get('load_max_over_mean'))}"),
+         f"{fmt(summary.get('load_gini'))} / {fmt(summary.get('load_max_over_mean'))}"),
         ("recovery after churn (max s)", summary.get("recovery_max_s")),
         ("DELIVER events (raw, as go's tracestat)", summary.get("deliver_events")),
         ("RPCs in flight / messages propagating at the end",
-         f"{_fmt((summary.get('in_flight') or {}).get('rpcs_in_flight_at_end'))} / "
-         f"{_fmt((summary.get('in_flight') or {}).get('messages_propagating_at_end'))}"),
+         f"{fmt((summary.get('in_flight') or {}).get('rpcs_in_flight_at_end'))} / "
+         f"{fmt((summary.get('in_flight') or {}).get('messages_propagating_at_end'))}"),
         ("damaged trace files",
          ", ".join((summary.get("trace_integrity") or {}).get("damaged_nodes") or []) or "none"),
     ]
     for name, value in rows:
-        t.add_row(name, value if isinstance(value, str) else _fmt(value))
+        t.add_row(name, value if isinstance(value, str) else fmt(value))
     return t
 
 
@@ -81,7 +72,7 @@ def results_table(results) -> Table:
         t.add_row(
             "[green]PASS[/]" if r.passed else "[bold red]FAIL[/]",
             r.expr,
-            _fmt(r.actual, 6),
+            fmt(r.actual, 6),
             r.source,
         )
     return t
