@@ -40,7 +40,7 @@ def encode_frame(payload: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     return encode_uvarint(len(payload)) + payload
 
 
-def _read_uvarint(buf: bytes | bytearray, pos: int) -> tuple[int, int] | None:
+def read_uvarint(buf: bytes | bytearray, pos: int) -> tuple[int, int] | None:
     """(value, next position), or None when the prefix is not complete yet."""
     value = 0
     shift = 0
@@ -72,7 +72,7 @@ class FrameDecoder:
         pos = 0
         try:
             while True:
-                head = _read_uvarint(self._buf, pos)
+                head = read_uvarint(self._buf, pos)
                 if head is None:
                     return
                 length, start = head

@@ -28,6 +28,8 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
+from node.codec import FrameError, encode_uvarint, read_uvarint
+
 # crypto.proto's KeyType enum.
 KEY_RSA = 0
 KEY_ED25519 = 1
@@ -93,7 +95,7 @@ def encode_public_key(key_type: int, data: bytes) -> bytes:
     """crypto.proto `PublicKey{Type, Data}` in the spec's deterministic encoding."""
     if key_type not in KEY_TYPE_NAMES:
         raise ValueError(f"unknown libp2p key type {key_type}")
-    return bytes([0x08, key_type, 0x12]) + _uvarint(len(data)) + data
+    return bytes([0x08, key_type, 0x12]) + encode_uvarint(len(data)) + data
 
 
 def decode_public_key(proto: bytes) -> tuple[int, bytes]:
@@ -130,7 +132,7 @@ def peer_id_from_public_key(public_key_proto: bytes) -> bytes:
     42 bytes, sha2-256 multihash otherwise."""
     decode_public_key(public_key_proto)
     if len(public_key_proto) <= MAX_INLINE_KEY_LENGTH:
-        return bytes([MULTIHASH_IDENTITY]) + _uvarint(len(public_key_proto)) + public_key_proto
+        return bytes([MULTIHASH_IDENTITY]) + encode_uvarint(len(public_key_proto)) + public_key_proto
     return bytes([MULTIHASH_SHA2_256, 32]) + hashlib.sha256(public_key_proto).digest()
 
 
@@ -245,25 +247,12 @@ def b58decode(text: str) -> bytes:
 # -------------------------------------------------------------------------- varints
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _read_uvarint(buf: bytes, pos: int, what: str) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError(f"{what} is truncated")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError(f"{what} is a varint longer than 64 bits")
+    """node.codec's uvarint reader, with `what` named when it is cut short."""
+    try:
+        head = read_uvarint(buf, pos)
+    except FrameError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    if head is None:
+        raise ValueError(f"{what} is truncated")
+    return head
