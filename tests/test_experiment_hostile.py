@@ -25,23 +25,9 @@ from cli_helpers import run_cli
 from orchestrator.experiment import values
 from orchestrator.experiment.spec import load_experiment, parse_experiment, resolved_to_yaml
 from orchestrator.experiment.yamlsrc import MAX_FILE_BYTES
+from test_experiment_errors import BASE  # the one minimal valid file both error suites vary
 
 TESTBED = Path(sys.executable).with_name("testbed")
-
-BASE = """\
-name: t
-nodes:
-  count: 10
-  router: gossipsub
-  topics: [t]
-overlay: {type: random, degree: 3}
-links:
-  latency: {model: constant, ms: 20}
-workload:
-  messages: 5
-  interval: 0.5
-  publishers: {nodes: [n0]}
-"""
 
 
 def refused(tmp_path: Path, capsys, content: str | bytes, line: int | None = None, *words: str,
