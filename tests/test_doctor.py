@@ -72,8 +72,8 @@ def test_findings_match_this_machine(doctor_json):
     _, document = doctor_json
     checks = by_name(document)
     assert checks["docker"]["status"] == ("ok" if _docker_answers() else "missing")
-    kvm_usable = os.access("/dev/kvm", os.R_OK | os.W_OK)
-    assert checks["kvm"]["status"] == ("ok" if kvm_usable else "missing")
+    kvm = F.kvm(F.Host())
+    assert checks["kvm"]["status"] == {"rw": "ok", "pvm": "limited"}.get(kvm, "missing")
     netem = _kernel_has_netem()
     if netem is False:  # this project's machines: the kernel has no sch_netem
         assert checks["kernel shaping"]["status"] in ("limited", "missing")
@@ -154,6 +154,9 @@ def test_kvm_states():
     assert F.kvm(fake_host()) == "absent"
     assert F.kvm(fake_host(paths={"/dev/kvm": 0})) == "no access"
     assert F.kvm(fake_host(paths={"/dev/kvm": os.R_OK | os.W_OK})) == "rw"
+    pvm = {"/dev/kvm": os.R_OK | os.W_OK, "/sys/module/kvm_pvm": 0}
+    assert F.kvm(fake_host(paths=pvm)) == "pvm"
+    assert F.kvm(fake_host(paths={**pvm, "/sys/module/kvm_intel": 0})) == "rw"
 
 
 def test_pylibp2p_venv(tmp_path):
@@ -326,6 +329,12 @@ def test_missing_optional_pieces_name_their_fix():
     assert report.demo_ok
     for name in ("kvm", "qemu", "cargo/rustc", "py-libp2p venv", "chromium"):
         assert checks[name].status == "missing" and checks[name].fix and checks[name].cost
+
+
+def test_pvm_kvm_is_limited_not_ok():
+    report, checks = checks_of(replace(healthy(), kvm="pvm"))
+    assert report.demo_ok
+    assert checks["kvm"].status == "limited" and "PVM" in checks["kvm"].found and "TCG" in checks["kvm"].cost
 
 
 def test_router_budget_formula():

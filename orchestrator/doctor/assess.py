@@ -188,6 +188,10 @@ def _spark_start(f: HostFacts) -> Check:
 def _kvm(f: HostFacts) -> Check:
     if f.kvm == "rw":
         return Check("kvm", OK, "/dev/kvm usable")
+    if f.kvm == "pvm":
+        return Check("kvm", LIMITED, "/dev/kvm is PVM (kvm_pvm): it cannot boot a stock kernel",
+                     "the netem check in a guest kernel runs under TCG emulation (minutes, not seconds)",
+                     "a host with kvm_intel or kvm_amd")
     fix = "modprobe kvm_intel (or kvm_amd)" if f.kvm == "absent" else "usermod -aG kvm $USER (then log in again)"
     return Check("kvm", MISSING, f"/dev/kvm {f.kvm}",
                  "no KVM guest: netem shaping cannot be verified in a guest kernel that has it", fix)

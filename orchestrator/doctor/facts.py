@@ -86,7 +86,7 @@ class HostFacts:
     pyspark: str | None
     spark_start_s: float | None  # None: not measured (or failed: spark_error)
     spark_error: str
-    kvm: str  # "rw", "no access" or "absent"
+    kvm: str  # "rw" (hardware KVM), "pvm", "no access" or "absent"
     qemu: str | None
     cargo: str | None
     rustc: str | None
@@ -150,9 +150,19 @@ def java(host: Host) -> str | None:
 
 
 def kvm(host: Host) -> str:
+    """How usable /dev/kvm is for booting a stock kernel. PVM (kvm_pvm, found
+    where the host is itself a microVM) offers a /dev/kvm that only runs
+    specially built guests, so a stock kernel falls back to TCG emulation
+    (tests/kvm/guest.py makes the same call)."""
     if not host.access("/dev/kvm", os.F_OK):
         return "absent"
-    return "rw" if host.access("/dev/kvm", os.R_OK | os.W_OK) else "no access"
+    if not host.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "no access"
+    if host.access("/sys/module/kvm_pvm", os.F_OK) and not any(
+        host.access(f"/sys/module/{name}", os.F_OK) for name in ("kvm_intel", "kvm_amd")
+    ):
+        return "pvm"
+    return "rw"
 
 
 def tool_version(host: Host, command: str, parse: Callable[[str | None], str | None] = version_number) -> str | None:
