@@ -3,7 +3,9 @@ session that multiplexes it afterwards.
 
 `upgrade()` runs multistream-select for the security protocol, its handshake
 (noise or plaintext), then multistream-select for `/yamux/1.0.0`, and returns
-a `MuxedConnection` that knows the remote peer id.
+a `MuxedConnection` that knows the remote peer id. A listener may refuse the
+peer as soon as the handshake names it (`admit`), before yamux: the dialler's
+upgrade then fails too, so neither side ever holds the refused connection.
 
 `MuxedConnection.run()` is the connection's life: one reader task feeds the
 sans-I/O `YamuxSession` and one sender task writes whatever the session has
@@ -30,9 +32,11 @@ HIGH_WATER = 256 * 1024  # queued outbound bytes before stream writers wait
 
 async def upgrade(
     stream: trio.abc.Stream, identity: Identity, security: str, *, dialing: bool, expect: bytes | None = None,
+    admit: Callable[[bytes], None] | None = None,
 ) -> MuxedConnection:
     """TCP -> security -> yamux. ProtocolError (or a trio/OS error) when the
-    remote fails any step; the caller closes `stream`."""
+    remote fails any step, or when `admit(peer_id)` raises it; the caller
+    closes `stream`."""
     raw = BufferedStream(stream)
     proto = SECURITY[security]
     if dialing:
@@ -47,6 +51,8 @@ async def upgrade(
         secure = raw
     if peer_id == identity.peer_id:
         raise ProtocolError("the remote peer has our own peer id")
+    if admit is not None:
+        admit(peer_id)
     if dialing:
         await multistream.select(secure, [yamux.PROTOCOL_ID])
     else:
