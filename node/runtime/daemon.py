@@ -227,10 +227,12 @@ class Node:
 
     async def _upgrade(self, stream: trio.abc.Stream, *, dialing: bool, expect: bytes | None) -> MuxedConnection:
         with trio.fail_after(self.cfg.handshake_timeout_ms / 1000):
-            conn = await upgrade(stream, self.identity, self.cfg.security, dialing=dialing, expect=expect)
-        if not dialing and self._blocked(conn.peer_id):
-            raise ProtocolError(f"refused {self.label(conn.peer_id)}: isolated from it")
-        return conn
+            return await upgrade(stream, self.identity, self.cfg.security, dialing=dialing, expect=expect,
+                                 admit=None if dialing else self._refuse_if_isolated)
+
+    def _refuse_if_isolated(self, peer_id: bytes) -> None:
+        if self._blocked(peer_id):
+            raise ProtocolError(f"refused {self.label(peer_id)}: isolated from it")
 
     async def _inbound(self, stream: trio.SocketStream) -> None:
         try:
