@@ -1,8 +1,11 @@
 """The router daemon: one protocol engine on trio, a libp2p peer over TCP.
 
 One nursery holds the node's whole life: the peer listener, the control
-endpoint, a dial loop per initial peer, the heartbeat timer and the ticker
-that measures event-loop lag and flushes the trace. Each connection is owned
+endpoint, a dial loop per initial peer, the heartbeat timer and the trace
+flusher. A router at rest wakes only for heartbeats: the flusher sleeps until
+an event is written, then flushes at most `flush_interval_ms` later (a killed
+node loses no more than that), and event-loop lag is the lateness of those
+two timers, which the router has anyway. Each connection is owned
 by the task that made it (the listener's handler or a dial loop), so when a
 connection ends its owner cleans up and, for a dial loop, redials.
 
@@ -105,6 +108,8 @@ class Node:
         self.control_port = cfg.control_port
         self._changed = trio.Event()
         self._shutdown = trio.Event()
+        self._trace_dirty = trio.Event()  # set when events wait in the trace's buffer
+        self._flush_due: float | None = None
         self._nursery: trio.Nursery | None = None
 
     # Life
@@ -131,7 +136,7 @@ class Node:
                 for topic in cfg.topics:
                     self.subscribe(topic)
                 nursery.start_soon(self._heartbeats)
-                nursery.start_soon(self._ticker)
+                nursery.start_soon(self._flusher)
                 for peer in cfg.initial_peers:
                     nursery.start_soon(self._dial_loop, peer, True)
                 task_status.started((self.listen_port, self.control_port))
@@ -172,35 +177,38 @@ class Node:
                 await trio.sleep(0.01)
 
     async def _heartbeats(self) -> None:
+        """The engine's heartbeat; also a lag sample, a trace flush (so a
+        trace is on disk at least every heartbeat) and, every
+        LAG_WRITE_INTERVAL_S, the lag file."""
         interval = self.engine.heartbeat_interval / 1e9
         due = trio.current_time() + self.engine.first_heartbeat / 1e9
+        next_lag_write = due
         while True:
             await trio.sleep_until(due)
             t = trio.current_time()
             self.lag.record(t - due)
             now = time.time_ns()
             self._apply(self.engine.heartbeat(now), now)
-            due += interval
-            if due < t:
-                due = t + interval
-
-    async def _ticker(self) -> None:
-        """Lag samples, the trace flush (an idle node flushes too) and the
-        periodic lag file."""
-        period = min(self.cfg.lag_tick_ms, self.cfg.flush_interval_ms / 2) / 1000
-        due = trio.current_time() + period
-        next_lag_write = trio.current_time() + 1.0
-        while True:
-            await trio.sleep_until(due)
-            t = trio.current_time()
-            self.lag.record(t - due)
             self.trace.flush()
             if t >= next_lag_write:
                 self.lag.write(self.lag_path, self.name)
                 next_lag_write = t + LAG_WRITE_INTERVAL_S
-            due += period
+            due += interval
             if due < t:
-                due = t + period
+                due = t + interval
+
+    async def _flusher(self) -> None:
+        """Flush the trace `flush_interval_ms` after the first unflushed event
+        was written; the timer's lateness is a lag sample. Idle, it sleeps."""
+        while True:
+            await self._trace_dirty.wait()
+            due = self._flush_due
+            assert due is not None
+            await trio.sleep_until(due)
+            self.lag.record(trio.current_time() - due)
+            self.trace.flush()
+            self._trace_dirty = trio.Event()
+            self._flush_due = None
 
     # Connections
 
@@ -382,7 +390,11 @@ class Node:
                 events.append(rpc_event(TraceType.SEND_RPC, now, peer, rpc))
         if out.deliveries:
             self.counters["delivered"] += len(out.deliveries)
-        self.trace.write(events, now)
+        if events:
+            self.trace.write(events, now)
+            if self._flush_due is None:
+                self._flush_due = trio.current_time() + self.cfg.flush_interval_ms / 1000
+                self._trace_dirty.set()
 
     # What the control endpoint calls
 
