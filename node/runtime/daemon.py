@@ -173,7 +173,7 @@ class Node:
         for conn in conns:
             conn.go_away()
         with trio.move_on_after(GO_AWAY_TIMEOUT_S):
-            while any(conn.session.pending_output() and not conn.closed for conn in conns):
+            while any(conn.backlog and not conn.closed for conn in conns):
                 await trio.sleep(0.01)
 
     async def _heartbeats(self) -> None:
