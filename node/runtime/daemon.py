@@ -158,10 +158,10 @@ class Node:
                 log.info("%s: signal %d", self.name, signum)
                 self.request_shutdown()
 
-    async def _leave_all(self) -> None:
-        """Graceful shutdown: LEAVE every topic (PRUNE to the mesh), give the
-        queues a moment to drain through the shaper, then say GoAway(normal)
-        on every connection."""
+    async def drain(self) -> None:
+        """The end of a run: LEAVE every topic (PRUNE to the mesh) and give
+        the queues a bounded time to empty through the shaper. The node keeps
+        receiving, so what its peers still send reaches its trace."""
         for topic in sorted(self.topics):
             self.unsubscribe(topic)
         delays = [s.delay_ms + s.jitter_ms for s in self.cfg.shaping.values()]
@@ -169,6 +169,11 @@ class Node:
         with trio.move_on_after(DRAIN_TIMEOUT_S + max(delays) / 1000):
             while any(not link.idle() for link in self.links.values()):
                 await trio.sleep(0.01)
+
+    async def _leave_all(self) -> None:
+        """Graceful shutdown: drain, then say GoAway(normal) on every
+        connection."""
+        await self.drain()
         conns = [link.conn for link in self.links.values()]
         for conn in conns:
             conn.go_away()
