@@ -63,7 +63,7 @@ from node.runtime.lag import LagMeter
 from node.runtime.peer import PeerLink
 from node.runtime.shaper import LinkShaper, Uplink
 from node.tracefile import TraceWriter, rpc_event
-from node.wire import decode_rpc, encode_rpc
+from node.wire import Rpc, decode_rpc, encode_rpc
 
 log = logging.getLogger("node")
 
@@ -375,15 +375,13 @@ class Node:
 
     def _apply(self, out: Output, now: int) -> None:
         events = list(out.trace)
+        forwarded: dict[int, bytes | None] = {}  # a message forwarded alone to many peers is encoded once
         for peer, rpc in out.sends:
             link = self.links.get(peer)
             result = "dropped"
             if link is not None and link.ready.is_set():
-                try:
-                    frame = encode_frame(encode_rpc(rpc), self.cfg.max_frame)
-                except FrameError:
-                    pass
-                else:
+                frame = self._frame(rpc, forwarded)
+                if frame is not None:
                     result = link.offer(frame)
             if result == "dropped":
                 self.counters["dropped"] += 1
@@ -400,6 +398,19 @@ class Node:
             if self._flush_due is None:
                 self._flush_due = trio.current_time() + self.cfg.flush_interval_ms / 1000
                 self._trace_dirty.set()
+
+    def _frame(self, rpc: Rpc, forwarded: dict[int, bytes | None]) -> bytes | None:
+        """The RPC framed for the wire; None when it exceeds max_frame."""
+        alone = len(rpc.publish) == 1 and not rpc.subscriptions and rpc.control is None
+        if alone and id(rpc.publish[0]) in forwarded:
+            return forwarded[id(rpc.publish[0])]
+        try:
+            frame: bytes | None = encode_frame(encode_rpc(rpc), self.cfg.max_frame)
+        except FrameError:
+            frame = None
+        if alone:
+            forwarded[id(rpc.publish[0])] = frame
+        return frame
 
     # What the control endpoint calls
 
