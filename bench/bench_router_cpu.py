@@ -86,6 +86,13 @@ def rss_bytes(pid: int) -> int:
     raise ValueError(f"no VmRSS for pid {pid}")
 
 
+def uss_bytes(pid: int) -> int:
+    """Memory only this process holds (private pages): what one more router
+    adds, where RSS also counts the libraries every router shares."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
+    return sum(int(fields[k].split()[0]) * 1024 for k in ("Private_Clean", "Private_Dirty"))
+
+
 def statuses(ctl: Controller) -> dict[str, dict]:
     def one(name: str):
         return name, ctl.backend.control_client(name).try_call("status", timeout=10.0)
@@ -106,6 +113,7 @@ def snapshot(ctl: Controller) -> dict:
         "delivered": sum(s["counters"]["delivered"] - s["counters"]["published"] for s in sts.values()),
         "rpcs_out": sum(s["counters"]["rpcs_out"] for s in sts.values()),
         "rss": [rss_bytes(s["pid"]) for s in sts.values()],
+        "uss": [uss_bytes(s["pid"]) for s in sts.values()],
     }
 
 
@@ -145,6 +153,7 @@ def measure(snap, publish, k: int, messages: int, rate: float, rest_s: float) ->
         "rest_cpu_ms_per_s_per_router": round(1000 * rest_cpu / (before["t"] - before_rest["t"]) / k, 2),
         "rss_mib_median": round(statistics.median(after["rss"]) / 2**20, 1),
         "rss_mib_max": round(max(after["rss"]) / 2**20, 1),
+        "uss_mib_median": round(statistics.median(after["uss"]) / 2**20, 1),
     }
 
 
@@ -254,6 +263,7 @@ def bench_pylibp2p(k: int, degree: int, messages: int, rate: float, size: int, r
                 "delivered": sum(h.delivered for h in hosts),
                 "rpcs_out": None,
                 "rss": [rss_bytes(h.proc.pid) for h in hosts],
+                "uss": [uss_bytes(h.proc.pid) for h in hosts],
             }
 
         def publish(seq: int, i: int, at: float) -> None:
@@ -276,7 +286,8 @@ def report(title: str, r: dict) -> None:
     if r["transmissions"] is not None:
         print(f"  CPU per transmission:  {r['cpu_ms_per_transmission']} ms")
     print(f"  CPU at rest:           {r['rest_cpu_ms_per_s_per_router']} ms/s per router")
-    print(f"  RSS per router:        median {r['rss_mib_median']} MiB, max {r['rss_mib_max']} MiB")
+    print(f"  RSS per router:        median {r['rss_mib_median']} MiB, max {r['rss_mib_max']} MiB "
+          f"(USS, its own pages: median {r['uss_mib_median']} MiB)")
 
 
 def ratio(ours: dict, theirs: dict) -> float | None:
