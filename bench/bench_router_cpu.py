@@ -289,6 +289,12 @@ def report(title: str, r: dict) -> None:
           f"(USS, its own pages: median {r['uss_mib_median']} MiB)")
 
 
+def progress(who: str, result: dict) -> dict:
+    """Each result on stderr as it is measured (a long run keeps what it has)."""
+    print(json.dumps({who: result}), file=sys.stderr, flush=True)
+    return result
+
+
 def ratio(ours: dict, theirs: dict) -> float | None:
     """py-libp2p's CPU per delivery over ours (higher: we are cheaper)."""
     a, b = ours["cpu_ms_per_delivery"], theirs["cpu_ms_per_delivery"]
@@ -308,9 +314,9 @@ def main() -> None:
     args = ap.parse_args()
     code = str(Path(node.__file__).resolve().parent.parent)
     work = (args.degree, args.messages, args.rate, args.size, args.rest)
-    results = [bench(k, *work) for k in args.routers]
+    results = [progress("ours", bench(k, *work)) for k in args.routers]
     skipped = "--no-pylibp2p" if args.no_pylibp2p else pylibp2p_missing()
-    theirs = [] if skipped else [bench_pylibp2p(k, *work) for k in args.routers]
+    theirs = [] if skipped else [progress("py-libp2p", bench_pylibp2p(k, *work)) for k in args.routers]
     for ours, other in zip(results, theirs):
         ours["pylibp2p_over_ours"] = ratio(ours, other)
     if args.json:
