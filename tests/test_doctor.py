@@ -343,4 +343,4 @@ def test_report_to_dict_round_trips_through_json():
     document = json.loads(json.dumps(report.to_dict()))
     assert document["demo_ok"] is False
     assert by_name(document)["java"]["blocks_demo"] is True
-    assert document["router_budget"]["routers"] == 142 and "40 MiB" in document["router_budget"]["formula"]
+    assert document["router_budget"]["routers"] == 486 and "40 MiB" in document["router_budget"]["formula"]
