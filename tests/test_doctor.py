@@ -340,8 +340,8 @@ def test_pvm_kvm_is_limited_not_ok():
 def test_router_budget_formula():
     budget = router_budget(cores=2, available_bytes=20 * 2**30)
     assert budget.by_memory == (19 * 2**30) // (40 * 2**20) == 486
-    assert budget.by_cpu == int(2 * 0.5 / 0.007) == 142
-    assert (budget.routers, budget.bound) == (142, "cpu")
+    assert budget.by_cpu == int(2 * 0.5 / 0.001) == 1000
+    assert (budget.routers, budget.bound) == (486, "memory")
     small = router_budget(cores=8, available_bytes=2 * 2**30)
     assert (small.routers, small.bound) == (25, "memory")
     assert router_budget(cores=1, available_bytes=2**29).routers == 0
@@ -352,4 +352,4 @@ def test_report_to_dict_round_trips_through_json():
     document = json.loads(json.dumps(report.to_dict()))
     assert document["demo_ok"] is False
     assert by_name(document)["java"]["blocks_demo"] is True
-    assert document["router_budget"]["routers"] == 142 and "40 MiB" in document["router_budget"]["formula"]
+    assert document["router_budget"]["routers"] == 486 and "40 MiB" in document["router_budget"]["formula"]
