@@ -129,7 +129,9 @@ def labels_of(obj: Any) -> dict[str, str]:
 
 def _resource(kind: str, obj: Any) -> Resource:
     labels = labels_of(obj)
-    name = getattr(obj, "name", None) or getattr(obj, "id", "")
+    attrs = getattr(obj, "attrs", {}) or {}
+    names = attrs.get("Names") or []  # a sparse container listing has Names, not Name
+    name = getattr(obj, "name", None) or (names[0] if names else "") or getattr(obj, "id", "")
     return Resource(kind, name.lstrip("/"), getattr(obj, "id", ""), labels.get(LABEL_TESTBED, ""),
                     labels.get(LABEL_STATE, ""))
 
@@ -138,7 +140,9 @@ def find(client: Any, scope: Scope) -> Found:
     """Every container, network and volume the scope admits."""
     flt = scope.label_filter()
     return Found(
-        containers=[c for c in client.containers.list(all=True, filters=flt) if scope.admits(labels_of(c))],
+        # sparse: one listing call, not an inspect per container (seconds at 250)
+        containers=[c for c in client.containers.list(all=True, filters=flt, sparse=True)
+                    if scope.admits(labels_of(c))],
         networks=[n for n in client.networks.list(filters=flt) if scope.admits(labels_of(n))],
         volumes=[v for v in client.volumes.list(filters=flt) if scope.admits(labels_of(v))],
     )
