@@ -113,6 +113,7 @@ class DockerBackend(NetnsMixin, Backend):
         self.ips: dict[str, str] = {}
         self._partitions: dict[str, set[str]] = {}
         self._caps: ShapingCapabilities | None = None
+        self._tc_applied: set[str] = set()
         self.commands_run: list[str] = []
         self.user = nodedir.node_user()
         self._collected = False  # collect_traces ran: destroy need not inspect every container again
@@ -205,6 +206,7 @@ class DockerBackend(NetnsMixin, Backend):
         # (the controller treats a restarted node as not isolated), and its
         # kernel shaping is applied again.
         self._partitions.pop(node, None)
+        self._tc_applied.discard(node)
         self._apply_tc(node)
 
     def start_many(self, configs: Iterable[NodeConfig]) -> None:
@@ -268,11 +270,13 @@ class DockerBackend(NetnsMixin, Backend):
         self._container(node).stop(timeout=STOP_TIMEOUT_S)
 
     def stop_many(self, nodes: Sequence[str]) -> dict[str, str]:
-        """SIGTERM to all of them at once, one grace for all (orchestrator/docker_stop.py)."""
+        """SIGTERM to all of them at once, one grace for all, endpoints
+        released one at a time (orchestrator/docker_stop.py)."""
         flt = {"label": f"{LABEL_TESTBED}={self.testbed}"}
         wanted = set(nodes)
         ids = {(c.get("Labels") or {}).get(LABEL_NODE): c["Id"] for c in self._client.api.containers(filters=flt)}
-        return stop_all(self._client, flt, {n: cid for n, cid in ids.items() if n in wanted}, STOP_TIMEOUT_S)
+        return stop_all(self._client, flt, {n: cid for n, cid in ids.items() if n in wanted}, STOP_TIMEOUT_S,
+                        self.network_name)
 
     def kill(self, node: str) -> None:
         import docker.errors  # noqa: PLC0415
