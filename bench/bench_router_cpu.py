@@ -4,10 +4,18 @@ published at a steady rate, and every router's CPU time read from
 /proc/<pid>/stat before and after.
 
 Prints, for each K: CPU per delivered message and per transmission (an RPC
-handed to a peer), the routers' CPU per second at rest (heartbeats, the lag
-ticker, trace flushes), and RSS per router. CPU time is what this measures
-because it is robust to other load on the machine; the wall-clock rate is
-only the workload's pace.
+handed to a peer), the routers' CPU per second at rest (heartbeats and trace
+flushes), and RSS per router. CPU time is what this measures because it is
+robust to other load on the machine; the wall-clock rate is only the
+workload's pace.
+
+The same harness then runs py-libp2p 0.8.1 gossipsub hosts
+(scripts/pylibp2p/host.py, in .venv-pylibp2p or $PYLIBP2P_VENV; skipped with
+the reason where it is missing): the same overlay (each host dials its
+lower-numbered neighbours), the same mesh degrees (D 6, D_low 4, D_high 12,
+1 s heartbeats), strict signing, noise + yamux, the same messages at the same
+rate; deliveries are the hosts' `deliver` lines. It prints py-libp2p's CPU per
+delivery over ours (py-libp2p does not count transmissions).
 
 Written to compare two versions of the code with one harness: it imports the
 project it sits in, so a copy of this file in another worktree measures that
@@ -15,6 +23,7 @@ worktree's routers (the `code` line says which).
 
     .venv/bin/python bench/bench_router_cpu.py                       # K = 10 and 50
     .venv/bin/python bench/bench_router_cpu.py --routers 10 --messages 100 --json
+    .venv/bin/python bench/bench_router_cpu.py --no-pylibp2p                 # ours only
 """
 
 from __future__ import annotations
@@ -23,9 +32,12 @@ import argparse
 import json
 import os
 import random
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,10 +45,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import node  # noqa: E402
+from node.identity import identity_for_index  # noqa: E402
 from orchestrator.controller import Controller  # noqa: E402
 from orchestrator.experiment.model import LinkParams, NodeSpec, Publish, ResolvedExperiment  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+ROOT = Path(__file__).resolve().parent.parent
+PYLIBP2P_VENV = Path(os.environ.get("PYLIBP2P_VENV", ROOT / ".venv-pylibp2p"))
+PYLIBP2P_HOST = ROOT / "scripts" / "pylibp2p" / "host.py"
+TOPIC = "t"
 
 
 def experiment(k: int, degree: int) -> ResolvedExperiment:
@@ -48,7 +65,7 @@ def experiment(k: int, degree: int) -> ResolvedExperiment:
         for b in rng.sample(names, min(k, degree // 2)):
             if b != a:
                 edges.add(tuple(sorted((a, b))))
-    nodes = tuple(NodeSpec(name, "default", "gossipsub", {}, ("t",), i) for i, name in enumerate(names))
+    nodes = tuple(NodeSpec(name, "default", "gossipsub", {}, (TOPIC,), i) for i, name in enumerate(names))
     return ResolvedExperiment(
         name=f"bench-cpu-{k}", source="bench/bench_router_cpu.py", seed=1, nodes=nodes,
         edges=tuple(sorted(edges)), links={}, default_link=LinkParams(0.0), publishes=(), churn=(),
@@ -69,6 +86,13 @@ def rss_bytes(pid: int) -> int:
     raise ValueError(f"no VmRSS for pid {pid}")
 
 
+def uss_bytes(pid: int) -> int:
+    """Memory only this process holds (private pages): what one more router
+    adds, where RSS also counts the libraries every router shares."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
+    return sum(int(fields[k].split()[0]) * 1024 for k in ("Private_Clean", "Private_Dirty"))
+
+
 def statuses(ctl: Controller) -> dict[str, dict]:
     def one(name: str):
         return name, ctl.backend.control_client(name).try_call("status", timeout=10.0)
@@ -86,9 +110,50 @@ def snapshot(ctl: Controller) -> dict:
     return {
         "t": time.monotonic(),
         "cpu": {n: cpu_seconds(s["pid"]) for n, s in sts.items()},
-        "delivered": sum(s["counters"]["delivered"] for s in sts.values()),
+        "delivered": sum(s["counters"]["delivered"] - s["counters"]["published"] for s in sts.values()),
         "rpcs_out": sum(s["counters"]["rpcs_out"] for s in sts.values()),
         "rss": [rss_bytes(s["pid"]) for s in sts.values()],
+        "uss": [uss_bytes(s["pid"]) for s in sts.values()],
+    }
+
+
+def measure(snap, publish, k: int, messages: int, rate: float, rest_s: float) -> dict:
+    """Rest, then `messages` publishes (round robin over the K routers) at
+    `rate`, until every delivery is in (or 30 s). `snap()` gives the time,
+    every router's CPU, the deliveries to the K - 1 routers that did not
+    publish and the transmissions so far, and RSS."""
+    time.sleep(3.0)  # let start-up settle (meshes, first heartbeats)
+    before_rest = snap()
+    time.sleep(rest_s)
+    before = snap()
+    rest_cpu = sum(before["cpu"].values()) - sum(before_rest["cpu"].values())
+    start = time.monotonic()
+    for seq in range(messages):
+        publish(seq, seq % k, time.monotonic() - start)
+        time.sleep(max(0.0, start + (seq + 1) / rate - time.monotonic()))
+    deadline = time.monotonic() + 30
+    expected = messages * (k - 1)
+    while time.monotonic() < deadline:
+        after = snap()
+        if after["delivered"] - before["delivered"] >= expected:
+            break
+        time.sleep(0.5)
+    time.sleep(1.0)  # the last forwards and IHAVEs
+    after = snap()
+    load_s = after["t"] - before["t"]
+    load_cpu = sum(after["cpu"].values()) - sum(before["cpu"].values())
+    work_cpu = load_cpu - rest_cpu / (before["t"] - before_rest["t"]) * load_s  # less what rest would cost
+    delivered = after["delivered"] - before["delivered"]
+    sent = None if after["rpcs_out"] is None else after["rpcs_out"] - before["rpcs_out"]
+    return {
+        "delivered": delivered, "expected_deliveries": expected, "transmissions": sent,
+        "cpu_s_under_load": round(load_cpu, 3), "load_wall_s": round(load_s, 2),
+        "cpu_ms_per_delivery": round(1000 * work_cpu / delivered, 3) if delivered else None,
+        "cpu_ms_per_transmission": round(1000 * work_cpu / sent, 3) if sent else None,
+        "rest_cpu_ms_per_s_per_router": round(1000 * rest_cpu / (before["t"] - before_rest["t"]) / k, 2),
+        "rss_mib_median": round(statistics.median(after["rss"]) / 2**20, 1),
+        "rss_mib_max": round(max(after["rss"]) / 2**20, 1),
+        "uss_mib_median": round(statistics.median(after["uss"]) / 2**20, 1),
     }
 
 
@@ -97,45 +162,137 @@ def bench(k: int, degree: int, messages: int, rate: float, size: int, rest_s: fl
     run_dir = Path(tempfile.mkdtemp(prefix=f"bench-cpu-{k}-"))
     ctl = Controller.create(resolved, None, "process", f"bench-cpu-{k}-{int(time.time())}", run_dir)
     result: dict = {"routers": k, "edges": len(resolved.edges), "messages": messages, "rate": rate, "size": size}
+    names = list(ctl.nodes)
+
+    def publish(seq: int, i: int, at: float) -> None:
+        ctl.publish(Publish(seq, at, TOPIC, size, names[i], (names[i],)))
+
     try:
         ctl.up(ready_timeout=60 + 1.0 * k)
-        time.sleep(3.0)  # let start-up settle (meshes, first heartbeats)
-        before_rest = snapshot(ctl)
-        time.sleep(rest_s)
-        before = snapshot(ctl)
-        rest_cpu = sum(before["cpu"].values()) - sum(before_rest["cpu"].values())
-        names = list(ctl.nodes)
-        start = time.monotonic()
-        for seq in range(messages):
-            publisher = names[seq % k]
-            ctl.publish(Publish(seq, time.monotonic() - start, "t", size, publisher, (publisher,)))
-            time.sleep(max(0.0, start + (seq + 1) / rate - time.monotonic()))
-        deadline = time.monotonic() + 30
-        expected = messages * (k - 1)
-        while time.monotonic() < deadline:  # until every delivery is in (or 30 s)
-            after = snapshot(ctl)
-            if after["delivered"] - before["delivered"] >= expected:
-                break
-            time.sleep(0.5)
-        time.sleep(1.0)  # the last forwards and IHAVEs
-        after = snapshot(ctl)
-        load_s = after["t"] - before["t"]
-        load_cpu = sum(after["cpu"].values()) - sum(before["cpu"].values())
-        work_cpu = load_cpu - rest_cpu / (before["t"] - before_rest["t"]) * load_s  # less what rest would cost
-        delivered = after["delivered"] - before["delivered"]
-        sent = after["rpcs_out"] - before["rpcs_out"]
-        result.update({
-            "delivered": delivered, "expected_deliveries": expected, "transmissions": sent,
-            "cpu_s_under_load": round(load_cpu, 3), "load_wall_s": round(load_s, 2),
-            "cpu_ms_per_delivery": round(1000 * work_cpu / delivered, 3) if delivered else None,
-            "cpu_ms_per_transmission": round(1000 * work_cpu / sent, 3) if sent else None,
-            "rest_cpu_ms_per_s_per_router": round(1000 * rest_cpu / (before["t"] - before_rest["t"]) / k, 2),
-            "rss_mib_median": round(statistics.median(after["rss"]) / 2**20, 1),
-            "rss_mib_max": round(max(after["rss"]) / 2**20, 1),
-        })
+        result.update(measure(lambda: snapshot(ctl), publish, k, messages, rate, rest_s))
     finally:
         ctl.down()
     return result
+
+
+# py-libp2p in the same harness
+
+
+def pylibp2p_missing() -> str | None:
+    """Why py-libp2p hosts cannot run here, or None."""
+    try:
+        subprocess.run([str(PYLIBP2P_VENV / "bin" / "python"), "-c", "import libp2p"], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return f"no working py-libp2p virtualenv at {PYLIBP2P_VENV} (make it with scripts/pylibp2p-venv.sh)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PyHost:
+    """One py-libp2p host process; a thread counts its `deliver` lines."""
+
+    def __init__(self, index: int, port: int, dial: list[str], log_path: Path) -> None:
+        self.index = index
+        self.peer_id_b58 = identity_for_index(index).peer_id_b58
+        self.addr = f"/ip4/127.0.0.1/tcp/{port}/p2p/{self.peer_id_b58}"
+        with log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [str(PYLIBP2P_VENV / "bin" / "python"), str(PYLIBP2P_HOST), "--index", str(index), "--port",
+                 str(port), "--security", "noise", "--topic", TOPIC, "--degree", "6", "--degree-low", "4",
+                 "--degree-high", "12", "--heartbeat", "1.0", "--strict-signing",
+                 *[arg for addr in dial for arg in ("--dial", addr)]],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+            )
+        self.delivered = 0  # messages from other hosts (a publisher's own delivery is not counted)
+        self.ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            event = json.loads(line)
+            if event["event"] == "deliver" and event["from"] != self.peer_id_b58:
+                self.delivered += 1
+            elif event["event"] == "ready":
+                self.ready.set()
+
+    def send(self, cmd: dict) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send({"cmd": "stop"})
+                self.proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+def bench_pylibp2p(k: int, degree: int, messages: int, rate: float, size: int, rest_s: float) -> dict:
+    """The same overlay and workload on py-libp2p hosts, started in index
+    order (each dials its lower-numbered neighbours, who are listening)."""
+    resolved = experiment(k, degree)
+    index = {n.name: i for i, n in enumerate(resolved.nodes)}
+    lower: dict[int, list[int]] = {i: [] for i in range(k)}
+    for a, b in resolved.edges:
+        lo, hi = sorted((index[a], index[b]))
+        lower[hi].append(lo)
+    logs = Path(tempfile.mkdtemp(prefix=f"bench-cpu-pylibp2p-{k}-"))
+    result: dict = {"routers": k, "edges": len(resolved.edges), "messages": messages, "rate": rate, "size": size}
+    hosts: list[PyHost] = []
+    try:
+        for i in range(k):
+            host = PyHost(i, free_port(), [hosts[j].addr for j in sorted(lower[i])], logs / f"host{i}.log")
+            hosts.append(host)
+            if not host.ready.wait(60):
+                raise RuntimeError(f"py-libp2p host {i} did not start: see {logs / f'host{i}.log'}")
+
+        def snap() -> dict:
+            return {
+                "t": time.monotonic(),
+                "cpu": {h.index: cpu_seconds(h.proc.pid) for h in hosts},
+                "delivered": sum(h.delivered for h in hosts),
+                "rpcs_out": None,
+                "rss": [rss_bytes(h.proc.pid) for h in hosts],
+                "uss": [uss_bytes(h.proc.pid) for h in hosts],
+            }
+
+        def publish(seq: int, i: int, at: float) -> None:
+            data = f"msg-{seq}:"
+            hosts[i].send({"cmd": "publish", "data": (data * (size // len(data) + 1))[:size]})
+
+        result.update(measure(snap, publish, k, messages, rate, rest_s))
+    finally:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(PyHost.stop, hosts))
+    return result
+
+
+def report(title: str, r: dict) -> None:
+    print(f"{title}: K={r['routers']} ({r['edges']} overlay edges), {r['messages']} messages of {r['size']} B "
+          f"at {r['rate']:g}/s")
+    sent = "" if r["transmissions"] is None else f", {r['transmissions']} transmissions"
+    print(f"  deliveries:            {r['delivered']} of {r['expected_deliveries']}{sent}")
+    print(f"  CPU per delivery:      {r['cpu_ms_per_delivery']} ms (all routers' CPU, less rest)")
+    if r["transmissions"] is not None:
+        print(f"  CPU per transmission:  {r['cpu_ms_per_transmission']} ms")
+    print(f"  CPU at rest:           {r['rest_cpu_ms_per_s_per_router']} ms/s per router")
+    print(f"  RSS per router:        median {r['rss_mib_median']} MiB, max {r['rss_mib_max']} MiB "
+          f"(USS, its own pages: median {r['uss_mib_median']} MiB)")
+
+
+def ratio(ours: dict, theirs: dict) -> float | None:
+    """py-libp2p's CPU per delivery over ours (higher: we are cheaper)."""
+    a, b = ours["cpu_ms_per_delivery"], theirs["cpu_ms_per_delivery"]
+    return round(b / a, 1) if a and b else None
 
 
 def main() -> None:
@@ -143,26 +300,31 @@ def main() -> None:
     ap.add_argument("--routers", type=int, nargs="+", default=[10, 50])
     ap.add_argument("--degree", type=int, default=6, help="average overlay degree (ring + random chords)")
     ap.add_argument("--messages", type=int, default=200)
-    ap.add_argument("--rate", type=float, default=20.0, help="messages per second")
+    ap.add_argument("--rate", type=float, default=10.0, help="messages per second")
     ap.add_argument("--size", type=int, default=256, help="bytes of data per message")
     ap.add_argument("--rest", type=float, default=10.0, help="seconds measured at rest")
+    ap.add_argument("--no-pylibp2p", action="store_true", help="measure our routers only")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     code = str(Path(node.__file__).resolve().parent.parent)
-    results = [bench(k, args.degree, args.messages, args.rate, args.size, args.rest) for k in args.routers]
+    work = (args.degree, args.messages, args.rate, args.size, args.rest)
+    results = [bench(k, *work) for k in args.routers]
+    skipped = "--no-pylibp2p" if args.no_pylibp2p else pylibp2p_missing()
+    theirs = [] if skipped else [bench_pylibp2p(k, *work) for k in args.routers]
+    for ours, other in zip(results, theirs):
+        ours["pylibp2p_over_ours"] = ratio(ours, other)
     if args.json:
-        print(json.dumps({"code": code, "results": results}, indent=1))
+        doc = {"code": code, "results": results, "pylibp2p": theirs, "pylibp2p_skipped": skipped}
+        print(json.dumps(doc, indent=1))
         return
     print(f"code: {code}")
     for r in results:
-        print(f"K={r['routers']} routers ({r['edges']} overlay edges), {r['messages']} messages of {r['size']} B "
-              f"at {r['rate']:g}/s")
-        print(f"  deliveries:            {r['delivered']} of {r['expected_deliveries']}, "
-              f"{r['transmissions']} transmissions")
-        print(f"  CPU per delivery:      {r['cpu_ms_per_delivery']} ms (all routers' CPU, less rest)")
-        print(f"  CPU per transmission:  {r['cpu_ms_per_transmission']} ms")
-        print(f"  CPU at rest:           {r['rest_cpu_ms_per_s_per_router']} ms/s per router")
-        print(f"  RSS per router:        median {r['rss_mib_median']} MiB, max {r['rss_mib_max']} MiB")
+        report("ours", r)
+    if skipped:
+        print(f"py-libp2p: skipped ({skipped})")
+    for ours, other in zip(results, theirs):
+        report("py-libp2p", other)
+        print(f"  py-libp2p CPU per delivery / ours: {ours['pylibp2p_over_ours']}x")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,8 @@ from orchestrator.workload import last_action_s, linger_until_quiet, publish, ru
 # Verbs a backend must declare a capability for.
 NEEDS_CAPABILITY = {Verb.PAUSE: "pause", Verb.UNPAUSE: "pause", Verb.DISCONNECT: "partitions",
                     Verb.RECONNECT: "partitions"}
+DRAIN_S = 3.0  # at most this long for the RPCs in flight at the end of a run to arrive
+DRAIN_POLL_S = 0.3
 
 
 def check_capabilities(backend: type[Backend] | Backend, verbs: set[str]) -> None:
@@ -365,10 +367,11 @@ class Controller:
         lags = {n: s.get("lag", {}) for n, s in self.node_statuses().items() if s}
         self._sample_cpu("down")
         self.event(RunEvent.RUN_END)
+        for name, st in self.nodes.items():
+            if st.life.process is Process.PAUSED:
+                self.backend.resume(name)
+        self._drain()
         with self.reporter.phase("stopping nodes and collecting traces", len(self.nodes)) as advance:
-            for name, st in self.nodes.items():
-                if st.life.process is Process.PAUSED:
-                    self.backend.resume(name)
             for name, why in self.backend.stop_many(list(self.nodes)).items():
                 self.warnings.append(f"{name}: stop failed: {why}")
             advance(len(self.nodes))
@@ -389,6 +392,16 @@ class Controller:
             raise incomplete  # the record stays: a later `testbed down` retries
         self.store.remove(self.testbed)
         return lines
+
+    def _drain(self) -> None:
+        """Before the nodes stop: each LEAVEs and empties its queues, then the
+        RPCs on their way arrive (until two polls see the same counters, at
+        most DRAIN_S), so a run's traces show every RPC sent as received."""
+        names = [n for n, st in self.nodes.items() if st.reachable]
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            list(pool.map(lambda n: self.backend.control_client(n).try_call("drain", timeout=5.0), names))
+        linger_until_quiet(self.nodes, self.backend, time.time_ns() + round(DRAIN_S * 1e9), self.reporter,
+                           poll_s=DRAIN_POLL_S, title="draining: RPCs in flight arrive")
 
     def _sample_cpu(self, at: str) -> None:
         """router-cpu.json (orchestrator/router_cpu.py); failing costs the figure, never the run."""

@@ -107,12 +107,12 @@ def counters(nodes: Mapping[str, NodeState], backend: Backend) -> dict[str, tupl
 
 def linger_until_quiet(
     nodes: Mapping[str, NodeState], backend: Backend, deadline_ns: int, reporter: Reporter,
-    poll_s: float = QUIET_POLL_S,
+    poll_s: float = QUIET_POLL_S, title: str = "lingering until the network is quiet",
 ) -> float | None:
     """Poll until two polls in a row see the same counters; the seconds that
     took, or None when the deadline came first."""
     start = time.time_ns()
-    with reporter.phase("lingering until the network is quiet"):
+    with reporter.phase(title):
         previous = counters(nodes, backend)
         while time.time_ns() + poll_s * 1e9 <= deadline_ns:
             time.sleep(poll_s)

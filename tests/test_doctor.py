@@ -331,8 +331,8 @@ def test_missing_optional_pieces_name_their_fix():
 def test_router_budget_formula():
     budget = router_budget(cores=2, available_bytes=20 * 2**30)
     assert budget.by_memory == (19 * 2**30) // (40 * 2**20) == 486
-    assert budget.by_cpu == int(2 * 0.5 / 0.007) == 142
-    assert (budget.routers, budget.bound) == (142, "cpu")
+    assert budget.by_cpu == int(2 * 0.5 / 0.001) == 1000
+    assert (budget.routers, budget.bound) == (486, "memory")
     small = router_budget(cores=8, available_bytes=2 * 2**30)
     assert (small.routers, small.bound) == (25, "memory")
     assert router_budget(cores=1, available_bytes=2**29).routers == 0

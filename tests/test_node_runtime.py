@@ -209,6 +209,42 @@ def test_nodes_connect_mesh_and_deliver(tmp_path):
     assert TraceType.LEAVE in types and TraceType.PRUNE in types
 
 
+def test_drained_nodes_receive_every_rpc_sent_to_them(tmp_path):
+    """The end of a run: every node drains (LEAVE, queues emptied) while the
+    others still listen, then all stop at once. Each RPC a node traced as
+    sent to a peer is in that peer's trace as received."""
+
+    async def main():
+        cfgs = [make_cfg(tmp_path, f"n{i}") for i in range(3)]
+        async with running(*cfgs) as nodes:
+            a, b, c = nodes
+            await a.connect("127.0.0.1", b.listen_port, "n1", True)
+            await b.connect("127.0.0.1", c.listen_port, "n2", True)
+            await c.connect("127.0.0.1", a.listen_port, "n0", True)
+            await wait_for(lambda: all(len(n.mesh().get("t", [])) == 2 for n in nodes))
+            for node in nodes:
+                await ctl(node, "publish", topic="t", size=100)
+            await wait_for(lambda: all(n.counters["delivered"] == 3 for n in nodes))
+            async with trio.open_nursery() as nursery:
+                for node in nodes:
+                    nursery.start_soon(ctl, node, "drain")
+            for node in nodes:
+                assert node.topics == set() and (await ctl(node, "status"))["queued"] == 0
+            await trio.sleep(0.5)  # the RPCs in flight arrive
+
+    trio.run(main)
+    sent: dict[tuple[bytes, bytes], int] = {}
+    received: dict[tuple[bytes, bytes], int] = {}
+    for i in range(3):
+        for ev in read_trace(tmp_path / f"n{i}.pb"):
+            if ev.type == TraceType.SEND_RPC:
+                sent[ev.peerID, ev.sendRPC.sendTo] = sent.get((ev.peerID, ev.sendRPC.sendTo), 0) + 1
+            elif ev.type == TraceType.RECV_RPC:
+                key = (ev.recvRPC.receivedFrom, ev.peerID)
+                received[key] = received.get(key, 0) + 1
+    assert len(sent) == 6 and sent == received
+
+
 def test_simultaneous_dials_end_with_one_logical_peer(tmp_path):
     async def main():
         async with running(make_cfg(tmp_path, "a"), make_cfg(tmp_path, "b")) as (a, b):

@@ -37,14 +37,6 @@ class BufferedStream:
             raise ProtocolError(f"connection closed while reading {what}")
         self._buf += data
 
-    async def at_eof(self) -> bool:
-        """Whether the stream ended cleanly here (waits for a byte or EOF)."""
-        if self._buf:
-            return False
-        data = await self.stream.receive_some(READ_CHUNK)
-        self._buf += data
-        return not data
-
     async def read_exactly(self, n: int, what: str) -> bytes:
         while len(self._buf) < n:
             await self._fill(what)

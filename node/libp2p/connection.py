@@ -3,18 +3,26 @@ session that multiplexes it afterwards.
 
 `upgrade()` runs multistream-select for the security protocol, its handshake
 (noise or plaintext), then multistream-select for `/yamux/1.0.0`, and returns
-a `MuxedConnection` that knows the remote peer id.
+a `MuxedConnection` that knows the remote peer id. A listener may refuse the
+peer as soon as the handshake names it (`admit`), before yamux: the dialler's
+upgrade then fails too, so neither side ever holds the refused connection.
 
 `MuxedConnection.run()` is the connection's life: one reader task feeds the
-sans-I/O `YamuxSession` and one sender task writes whatever the session has
-queued. The reader never waits on the network's send side (a peer that stops
-reading cannot stall our reader into a deadlock); writers on streams wait for
-send window and for the queue to drain below HIGH_WATER, which is where
-back-pressure reaches the pubsub queue.
+sans-I/O `YamuxSession`. What the session queues is sealed (encrypted) at
+once, in order, and written straight onto the socket when nothing waits
+before it; what the socket does not take waits in a backlog that one sender
+task writes. So a frame costs no task switch on the way out, and one on the
+way in: a stream with a sink (`YamuxStream.set_sink`) gets its data in the
+reader's task. The reader never waits on the network's send side (a peer that
+stops reading cannot stall our reader into a deadlock); writers on streams
+wait for send window and for the backlog to drain below HIGH_WATER, which is
+where back-pressure reaches the pubsub queue.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Awaitable, Callable, Collection
 
 import trio
@@ -30,28 +38,34 @@ HIGH_WATER = 256 * 1024  # queued outbound bytes before stream writers wait
 
 async def upgrade(
     stream: trio.abc.Stream, identity: Identity, security: str, *, dialing: bool, expect: bytes | None = None,
+    admit: Callable[[bytes], None] | None = None,
 ) -> MuxedConnection:
     """TCP -> security -> yamux. ProtocolError (or a trio/OS error) when the
-    remote fails any step; the caller closes `stream`."""
+    remote fails any step, or when `admit(peer_id)` raises it; the caller
+    closes `stream`."""
     raw = BufferedStream(stream)
     proto = SECURITY[security]
     if dialing:
         await multistream.select(raw, [proto])
     else:
         await multistream.handle(raw, {proto})
+    seal: Callable[[bytes], bytes] = bytes
     if proto == noise.PROTOCOL_ID:
         peer_id, channel = await noise.handshake(raw, identity, dialing, expect)
         secure = BufferedStream(channel)
+        seal = channel.seal
     else:
         peer_id = await plaintext.handshake(raw, identity, expect)
         secure = raw
     if peer_id == identity.peer_id:
         raise ProtocolError("the remote peer has our own peer id")
+    if admit is not None:
+        admit(peer_id)
     if dialing:
         await multistream.select(secure, [yamux.PROTOCOL_ID])
     else:
         await multistream.handle(secure, {yamux.PROTOCOL_ID})
-    return MuxedConnection(stream, secure, peer_id, client=dialing)
+    return MuxedConnection(stream, secure, peer_id, client=dialing, seal=seal)
 
 
 class YamuxStream:
@@ -65,6 +79,31 @@ class YamuxStream:
         self._window = trio.Event()
         self.ended = False  # FIN or RST received
         self.reset = False
+        self._sink: Callable[[bytes], None] | None = None
+
+    def set_sink(self, sink: Callable[[bytes], None]) -> None:
+        """From now on `sink(data)` gets the stream's data in the connection's
+        reader task, as it arrives (what was buffered first); `receive_some`
+        is not used after. Wait for the end with `wait_ended`."""
+        self._sink = sink
+        inbox, self._inbox = self._inbox, []
+        for data in inbox:
+            self._take(data)
+        if self.conn.session.pending_output():
+            self.conn.wake_sender()
+
+    async def wait_ended(self) -> None:
+        """Until FIN or RST (BrokenResourceError) or the connection closes."""
+        while not (self.ended or self.conn.closed):
+            await self._readable.wait()
+            self._readable = trio.Event()
+        if self.reset:
+            raise trio.BrokenResourceError(f"yamux stream {self.stream_id} was reset")
+
+    def _take(self, data: bytes) -> None:
+        assert self._sink is not None
+        self._sink(data)
+        self.conn.session.consumed(self.stream_id, len(data))
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         while not self._inbox:
@@ -80,6 +119,17 @@ class YamuxStream:
         if session.pending_output():  # a window update is due
             self.conn.wake_sender()
         return data
+
+    def try_send(self, data: bytes) -> bool:
+        """Queue all of `data` now, or nothing (False) when the send window or
+        the connection's backlog says wait."""
+        conn = self.conn
+        if (conn.closed or self.reset or conn.session.send_window(self.stream_id) < len(data)
+                or len(conn.backlog) > HIGH_WATER):
+            return False
+        conn.session.send_data(self.stream_id, data)
+        conn.wake_sender()
+        return True
 
     async def send_all(self, data: bytes) -> None:
         conn, view = self.conn, memoryview(data)
@@ -102,6 +152,9 @@ class YamuxStream:
         self.conn.streams.pop(self.stream_id, None)
 
     def _deliver(self, data: bytes) -> None:
+        if self._sink is not None:
+            self._take(data)
+            return
         self._inbox.append(data)
         self._readable.set()
 
@@ -113,9 +166,14 @@ class YamuxStream:
 
 
 class MuxedConnection:
-    def __init__(self, tcp: trio.abc.Stream, secure: BufferedStream, peer_id: bytes, client: bool) -> None:
+    def __init__(self, tcp: trio.abc.Stream, secure: BufferedStream, peer_id: bytes, client: bool,
+                 seal: Callable[[bytes], bytes] = bytes) -> None:
         self.tcp = tcp
         self.secure = secure
+        self.seal = seal  # the security protocol's encryption (identity for plaintext)
+        self.backlog = bytearray()  # sealed bytes the socket has not taken yet
+        self._direct: socket.socket | None = None  # for writes without a task switch, while run() runs
+        self._writing = False
         self.peer_id = peer_id
         self.session = yamux.YamuxSession(client)
         self.streams: dict[int, YamuxStream] = {}
@@ -131,10 +189,23 @@ class MuxedConnection:
         self._cancel = trio.CancelScope()
 
     def wake_sender(self) -> None:
-        self._send_wanted.set()
+        """Seal what the session queued and write it: straight onto the
+        socket when nothing waits before it, else after the backlog."""
+        data = self.session.data_to_send()
+        if data:
+            self.bytes_out += len(data)
+            sealed = self.seal(data)
+            if self._direct is not None and not self.backlog and not self._writing:
+                try:
+                    sealed = sealed[self._direct.send(sealed):]
+                except OSError:  # would block, or broken: the sender task finds out which
+                    pass
+            self.backlog += sealed
+        if self.backlog:
+            self._send_wanted.set()
 
     async def drained(self) -> None:
-        while self.session.pending_output() > HIGH_WATER and not self.closed:
+        while len(self.backlog) > HIGH_WATER and not self.closed:
             await self._drained.wait()
 
     def open_stream(self) -> YamuxStream:
@@ -158,6 +229,10 @@ class MuxedConnection:
         """Until the remote closes, breaks a rule (`misbehaved`, after
         sending GoAway) or `close()` is called. `on_stream` runs, in this
         connection's nursery, for every stream the remote opens."""
+        sock = getattr(self.tcp, "socket", None)
+        if sock is not None:  # a socket of our own on the connection, for writes in the caller's task
+            self._direct = socket.socket(fileno=os.dup(sock.fileno()))
+            self._direct.setblocking(False)
         with self._cancel:
             try:
                 async with trio.open_nursery() as nursery:
@@ -170,8 +245,16 @@ class MuxedConnection:
                 await self._flush_go_away()
             except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
                 self.close_reason = self.close_reason or f"connection error: {group.exceptions[0]}"
+            finally:
+                self._close_direct()
         self._finish()
         await trio.aclose_forcefully(self.tcp)
+
+    def _close_direct(self) -> None:
+        """Before trio closes its socket: ours is a second descriptor."""
+        if self._direct is not None:
+            self._direct.close()
+            self._direct = None
 
     def _finish(self) -> None:
         self.closed = True
@@ -180,9 +263,11 @@ class MuxedConnection:
         self._drained.set()
 
     async def _flush_go_away(self) -> None:
+        self._close_direct()
+        self.wake_sender()
         with trio.move_on_after(1):
             try:
-                await self.secure.send_all(self.session.data_to_send())
+                await self.tcp.send_all(bytes(self.backlog))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
         await trio.aclose_forcefully(self.tcp)
@@ -223,13 +308,18 @@ class MuxedConnection:
                 raise trio.ClosedResourceError(self.close_reason)
 
     async def _sender(self) -> None:
+        """Writes the backlog: what the socket did not take at once."""
         while True:
             await self._send_wanted.wait()
             self._send_wanted = trio.Event()
-            data = self.session.data_to_send()
-            if data:
-                await self.secure.send_all(data)
-                self.bytes_out += len(data)
+            while self.backlog:
+                data = bytes(self.backlog)
+                self.backlog.clear()
+                self._writing = True
+                try:
+                    await self.tcp.send_all(data)
+                finally:
+                    self._writing = False
             self._drained.set()
             self._drained = trio.Event()
 

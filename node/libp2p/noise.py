@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from google.protobuf.message import DecodeError
 
 from node.identity import Identity, peer_id_from_public_key, peer_id_to_b58, verify
-from node.libp2p.bufstream import BufferedStream
+from node.libp2p.bufstream import READ_CHUNK, BufferedStream
 from node.libp2p.errors import ProtocolError
 from node.proto import libp2p_pb2
 
@@ -234,33 +234,56 @@ def check_payload(data: bytes, remote_static: bytes) -> bytes:
 
 class NoiseChannel:
     """The transport phase: a stream of plaintext over length-prefixed
-    ChaCha20-Poly1305 messages."""
+    ChaCha20-Poly1305 messages. `seal` encrypts without I/O, so a caller can
+    encrypt in order and write the bytes when the socket takes them; a read
+    decrypts every whole message the network delivered at once."""
 
     def __init__(self, stream: BufferedStream, send: CipherState, receive: CipherState) -> None:
         self.stream = stream
         self._send = send
         self._receive = receive
+        self._buf = bytearray()
 
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+    def seal(self, data: bytes | bytearray | memoryview) -> bytes:
+        """`data` as transport messages (length prefix + ciphertext)."""
+        if len(data) <= MAX_PLAINTEXT:
+            ciphertext = self._send.encrypt(b"", bytes(data))
+            return struct.pack(">H", len(ciphertext)) + ciphertext
         view = memoryview(data)
         parts = []
         for start in range(0, len(view), MAX_PLAINTEXT):
             ciphertext = self._send.encrypt(b"", bytes(view[start:start + MAX_PLAINTEXT]))
             parts.append(struct.pack(">H", len(ciphertext)))
             parts.append(ciphertext)
-        await self.stream.send_all(b"".join(parts))
+        return b"".join(parts)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.stream.send_all(self.seal(data))
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        """The next message's plaintext; b"" at end of stream (never inside a
-        message)."""
+        """The plaintext of every whole message received so far (at least
+        one); b"" at end of stream (never inside a message)."""
         while True:
-            if await self.stream.at_eof():
-                return b""
-            (length,) = struct.unpack(">H", await self.stream.read_exactly(2, "a noise message length"))
-            ciphertext = await self.stream.read_exactly(length, "a noise message")
-            plaintext = self._receive.decrypt(b"", ciphertext)
+            plaintext = self._open_whole_messages()
             if plaintext:
                 return plaintext
+            data = await self.stream.receive_some(READ_CHUNK)
+            if not data:
+                if self._buf:
+                    raise ProtocolError("connection closed while reading a noise message")
+                return b""
+            self._buf += data
+
+    def _open_whole_messages(self) -> bytes:
+        buf, pos, parts = self._buf, 0, []
+        while len(buf) - pos >= 2:
+            end = pos + 2 + (buf[pos] << 8 | buf[pos + 1])
+            if end > len(buf):
+                break
+            parts.append(self._receive.decrypt(b"", bytes(buf[pos + 2:end])))
+            pos = end
+        del buf[:pos]
+        return b"".join(parts)
 
 
 async def _read_handshake_message(stream: BufferedStream) -> bytes:

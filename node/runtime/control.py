@@ -16,6 +16,8 @@ does nothing. Commands:
     disconnect   peer                                       close one connection
     isolate      [peers]   close and refuse connections to peers (all when absent)
     rejoin       [peers]   undo isolate
+    drain                                the end of a run: LEAVE every topic, answer when the
+                                         queues are empty (bounded); the node keeps receiving
     shutdown                             graceful: LEAVE (PRUNE), flush, exit 0
 """
 
@@ -127,6 +129,9 @@ async def handle(node: Node, req: Any) -> dict[str, Any]:
             return {"ok": True, "closed": node.isolate(_peers(req))}
         if cmd == "rejoin":
             node.rejoin(_peers(req))
+            return {"ok": True}
+        if cmd == "drain":
+            await node.drain()
             return {"ok": True}
         if cmd == "shutdown":
             return {"ok": True, "shutdown": True}

@@ -1,8 +1,11 @@
 """The router daemon: one protocol engine on trio, a libp2p peer over TCP.
 
 One nursery holds the node's whole life: the peer listener, the control
-endpoint, a dial loop per initial peer, the heartbeat timer and the ticker
-that measures event-loop lag and flushes the trace. Each connection is owned
+endpoint, a dial loop per initial peer, the heartbeat timer and the trace
+flusher. A router at rest wakes only for heartbeats: the flusher sleeps until
+an event is written, then flushes at most `flush_interval_ms` later (a killed
+node loses no more than that), and event-loop lag is the lateness of those
+two timers, which the router has anyway. Each connection is owned
 by the task that made it (the listener's handler or a dial loop), so when a
 connection ends its owner cleans up and, for a dial loop, redials.
 
@@ -37,6 +40,7 @@ Rules that live here (docs/running.md):
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import random
@@ -60,7 +64,7 @@ from node.runtime.lag import LagMeter
 from node.runtime.peer import PeerLink
 from node.runtime.shaper import LinkShaper, Uplink
 from node.tracefile import TraceWriter, rpc_event
-from node.wire import decode_rpc, encode_rpc
+from node.wire import Rpc, decode_rpc, encode_rpc
 
 log = logging.getLogger("node")
 
@@ -105,6 +109,8 @@ class Node:
         self.control_port = cfg.control_port
         self._changed = trio.Event()
         self._shutdown = trio.Event()
+        self._trace_dirty = trio.Event()  # set when events wait in the trace's buffer
+        self._flush_due: float | None = None
         self._nursery: trio.Nursery | None = None
 
     # Life
@@ -131,7 +137,7 @@ class Node:
                 for topic in cfg.topics:
                     self.subscribe(topic)
                 nursery.start_soon(self._heartbeats)
-                nursery.start_soon(self._ticker)
+                nursery.start_soon(self._flusher)
                 for peer in cfg.initial_peers:
                     nursery.start_soon(self._dial_loop, peer, True)
                 task_status.started((self.listen_port, self.control_port))
@@ -153,10 +159,10 @@ class Node:
                 log.info("%s: signal %d", self.name, signum)
                 self.request_shutdown()
 
-    async def _leave_all(self) -> None:
-        """Graceful shutdown: LEAVE every topic (PRUNE to the mesh), give the
-        queues a moment to drain through the shaper, then say GoAway(normal)
-        on every connection."""
+    async def drain(self) -> None:
+        """The end of a run: LEAVE every topic (PRUNE to the mesh) and give
+        the queues a bounded time to empty through the shaper. The node keeps
+        receiving, so what its peers still send reaches its trace."""
         for topic in sorted(self.topics):
             self.unsubscribe(topic)
         delays = [s.delay_ms + s.jitter_ms for s in self.cfg.shaping.values()]
@@ -164,43 +170,51 @@ class Node:
         with trio.move_on_after(DRAIN_TIMEOUT_S + max(delays) / 1000):
             while any(not link.idle() for link in self.links.values()):
                 await trio.sleep(0.01)
+
+    async def _leave_all(self) -> None:
+        """Graceful shutdown: drain, then say GoAway(normal) on every
+        connection."""
+        await self.drain()
         conns = [link.conn for link in self.links.values()]
         for conn in conns:
             conn.go_away()
         with trio.move_on_after(GO_AWAY_TIMEOUT_S):
-            while any(conn.session.pending_output() and not conn.closed for conn in conns):
+            while any(conn.backlog and not conn.closed for conn in conns):
                 await trio.sleep(0.01)
 
     async def _heartbeats(self) -> None:
+        """The engine's heartbeat; also a lag sample, a trace flush (so a
+        trace is on disk at least every heartbeat) and, every
+        LAG_WRITE_INTERVAL_S, the lag file."""
         interval = self.engine.heartbeat_interval / 1e9
         due = trio.current_time() + self.engine.first_heartbeat / 1e9
+        next_lag_write = due
         while True:
             await trio.sleep_until(due)
             t = trio.current_time()
             self.lag.record(t - due)
             now = time.time_ns()
             self._apply(self.engine.heartbeat(now), now)
-            due += interval
-            if due < t:
-                due = t + interval
-
-    async def _ticker(self) -> None:
-        """Lag samples, the trace flush (an idle node flushes too) and the
-        periodic lag file."""
-        period = min(self.cfg.lag_tick_ms, self.cfg.flush_interval_ms / 2) / 1000
-        due = trio.current_time() + period
-        next_lag_write = trio.current_time() + 1.0
-        while True:
-            await trio.sleep_until(due)
-            t = trio.current_time()
-            self.lag.record(t - due)
             self.trace.flush()
             if t >= next_lag_write:
                 self.lag.write(self.lag_path, self.name)
                 next_lag_write = t + LAG_WRITE_INTERVAL_S
-            due += period
+            due += interval
             if due < t:
-                due = t + period
+                due = t + interval
+
+    async def _flusher(self) -> None:
+        """Flush the trace `flush_interval_ms` after the first unflushed event
+        was written; the timer's lateness is a lag sample. Idle, it sleeps."""
+        while True:
+            await self._trace_dirty.wait()
+            due = self._flush_due
+            assert due is not None
+            await trio.sleep_until(due)
+            self.lag.record(trio.current_time() - due)
+            self.trace.flush()
+            self._trace_dirty = trio.Event()
+            self._flush_due = None
 
     # Connections
 
@@ -227,10 +241,12 @@ class Node:
 
     async def _upgrade(self, stream: trio.abc.Stream, *, dialing: bool, expect: bytes | None) -> MuxedConnection:
         with trio.fail_after(self.cfg.handshake_timeout_ms / 1000):
-            conn = await upgrade(stream, self.identity, self.cfg.security, dialing=dialing, expect=expect)
-        if not dialing and self._blocked(conn.peer_id):
-            raise ProtocolError(f"refused {self.label(conn.peer_id)}: isolated from it")
-        return conn
+            return await upgrade(stream, self.identity, self.cfg.security, dialing=dialing, expect=expect,
+                                 admit=None if dialing else self._refuse_if_isolated)
+
+    def _refuse_if_isolated(self, peer_id: bytes) -> None:
+        if self._blocked(peer_id):
+            raise ProtocolError(f"refused {self.label(peer_id)}: isolated from it")
 
     async def _inbound(self, stream: trio.SocketStream) -> None:
         try:
@@ -360,15 +376,13 @@ class Node:
 
     def _apply(self, out: Output, now: int) -> None:
         events = list(out.trace)
+        forwarded: dict[int, bytes | None] = {}  # a message forwarded alone to many peers is encoded once
         for peer, rpc in out.sends:
             link = self.links.get(peer)
             result = "dropped"
             if link is not None and link.ready.is_set():
-                try:
-                    frame = encode_frame(encode_rpc(rpc), self.cfg.max_frame)
-                except FrameError:
-                    pass
-                else:
+                frame = self._frame(rpc, forwarded)
+                if frame is not None:
                     result = link.offer(frame)
             if result == "dropped":
                 self.counters["dropped"] += 1
@@ -380,7 +394,24 @@ class Node:
                 events.append(rpc_event(TraceType.SEND_RPC, now, peer, rpc))
         if out.deliveries:
             self.counters["delivered"] += len(out.deliveries)
-        self.trace.write(events, now)
+        if events:
+            self.trace.write(events, now)
+            if self._flush_due is None:
+                self._flush_due = trio.current_time() + self.cfg.flush_interval_ms / 1000
+                self._trace_dirty.set()
+
+    def _frame(self, rpc: Rpc, forwarded: dict[int, bytes | None]) -> bytes | None:
+        """The RPC framed for the wire; None when it exceeds max_frame."""
+        alone = len(rpc.publish) == 1 and not rpc.subscriptions and rpc.control is None
+        if alone and id(rpc.publish[0]) in forwarded:
+            return forwarded[id(rpc.publish[0])]
+        try:
+            frame: bytes | None = encode_frame(encode_rpc(rpc), self.cfg.max_frame)
+        except FrameError:
+            frame = None
+        if alone:
+            forwarded[id(rpc.publish[0])] = frame
+        return frame
 
     # What the control endpoint calls
 
@@ -508,6 +539,7 @@ class Node:
 def run_node(cfg: NodeConfig) -> int:
     """The daemon's entry point: run until shutdown; 0 on a graceful exit."""
     node = Node(cfg)
+    gc.freeze()  # what start-up made lives as long as the process: no collection scans it again
     trio.run(node.run)
     return 0
 

@@ -14,7 +14,10 @@ meshsub versions) are answered `na` by multistream and end without harm.
 The queue is the only place an RPC waits: `offer` never blocks, so one slow
 or stalled peer fills its own queue (and the node records DROP_RPC) while the
 router keeps serving everybody else, as go-libp2p-pubsub's per-peer outbound
-queue does.
+queue does. An RPC due now, with nothing queued before it and room in the
+stream's window, skips the queue and goes straight into the connection; the
+RPCs a peer sends are decoded in the connection's reader task (the stream's
+sink), so neither direction costs a task switch per RPC.
 
 A peer ends when the connection closes, breaks a wire rule, sends an RPC the
 node refuses (`on_frame` raises ValueError), or `close()` is called; the task
@@ -34,7 +37,6 @@ from node.libp2p.errors import ProtocolError
 from node.runtime.shaper import LinkShaper
 
 WRITE_BATCH = 64  # frames coalesced into one send
-FRAMES_PER_CHECKPOINT = 64  # yield to other tasks while a peer floods us
 NEGOTIATE_TIMEOUT_S = 10.0
 
 
@@ -65,6 +67,7 @@ class PeerLink:
         self._send, self._recv = trio.open_memory_channel[tuple[float, bytes]](max(queue_len, 1))
         self._held: tuple[float, bytes] | None = None
         self._writing = False
+        self._out: YamuxStream | None = None  # our pubsub stream, once negotiated
         self._cancel = trio.CancelScope()
         self.close_reason = ""
         self.misbehaved = False
@@ -91,6 +94,8 @@ class PeerLink:
             if maybe is None:
                 return "lost"
             due = maybe
+        if due <= now and self._out is not None and self.idle() and self._out.try_send(frame):
+            return "sent"
         try:
             self._send.send_nowait((due, frame))
         except trio.WouldBlock:
@@ -137,6 +142,7 @@ class PeerLink:
             return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
+        self._out = stream
         self.ready.set()
         self.on_ready(self)
         try:
@@ -145,7 +151,9 @@ class PeerLink:
             self.close(f"pubsub stream broken: {exc}")
 
     async def _inbound(self, stream: YamuxStream) -> None:
-        """A stream the remote opened: RPCs if it is a pubsub protocol."""
+        """A stream the remote opened: RPCs if it is a pubsub protocol,
+        decoded as they arrive (the stream's sink) from when the peer is
+        ready until the stream ends."""
         try:
             with trio.fail_after(NEGOTIATE_TIMEOUT_S):
                 _, buffered = await negotiate_inbound(stream, set(self.protocols))
@@ -153,32 +161,27 @@ class PeerLink:
             await stream.aclose()
             return
         await self.ready.wait()
-        try:
-            await self._reader(buffered)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        await stream.aclose()
-
-    async def _reader(self, stream: BufferedStream) -> None:
-        """Frames to the node until the stream ends; a malformed frame, or one
-        the node refuses (ValueError: undecodable RPC, oversized frame), drops
-        the peer."""
         decoder = FrameDecoder(self.max_frame)
-        count = 0
-        data = stream.take_buffer()
-        try:
-            while True:
+
+        def sink(data: bytes) -> None:
+            if self.close_reason:
+                return
+            try:
                 for frame in decoder.feed(data):
                     self.on_frame(self, frame)
-                    count += 1
-                    if count % FRAMES_PER_CHECKPOINT == 0:
-                        await trio.lowlevel.checkpoint()
-                data = await stream.receive_some()
-                if not data:
-                    decoder.close()
-                    return
-        except ValueError as exc:  # FrameError, WireError, PeerError
+            except ValueError as exc:  # FrameError, WireError, PeerError
+                self._drop(str(exc))
+
+        sink(buffered.take_buffer())
+        stream.set_sink(sink)
+        try:
+            await stream.wait_ended()
+            decoder.close()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except ValueError as exc:  # the stream ended inside a frame
             self._drop(str(exc))
+        await stream.aclose()
 
     async def _writer(self, stream: BufferedStream) -> None:
         while True:

@@ -6,18 +6,20 @@ other work, so rounded up):
 - memory: a router process holds ~31 MiB RSS (bench/bench_process.py; 16
   routers up, 30.6 MiB each); a container adds its containerd shim and
   docker-init, so 40 MiB a router.
-- CPU at rest: 50 routers on the process backend used 3.56 s of CPU in 10 s,
-  7 ms per second each (issue 13's measurement; 16 routers measured 5.5 ms/s).
+- CPU at rest: 1 ms per second per router, rounded up from
+  bench/bench_router_cpu.py (0.6 ms/s each for 50 routers, 0.8 ms/s for 10, on the
+  process backend, since a router at rest wakes only for its heartbeats; it was
+  7 ms/s with the 50 ms lag ticker of issue 13).
 
     by_memory = (MemAvailable - 1 GiB for the controller and the OS) / 40 MiB
-    by_cpu    = cores * 0.5 / 0.007
+    by_cpu    = cores * 0.5 / 0.001
     routers   = min(by_memory, by_cpu)
 
 Half the cores: the other half is for the workload, the controller and
-scheduling slack. At 100 routers on 2 cores (35 % busy at rest) event-loop
-lag p99 is ~10 ms, inside the 20 ms beyond which a run's manifest warns that
-latencies include scheduling delay (docs/running.md); a 10 msg/s workload
-already lifts it to ~90 ms, so under load the faithful count is lower.
+scheduling slack. This is a budget at rest: a workload costs CPU per message
+(bench/bench_router_cpu.py), so under load the faithful count is lower, and a
+run's manifest warns when event-loop lag says the host was overloaded
+(docs/running.md).
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ROUTER_MEMORY_BYTES = 40 * 2**20
-ROUTER_CPU_AT_REST = 0.007  # core-seconds per second
+ROUTER_CPU_AT_REST = 0.001  # core-seconds per second
 CPU_SHARE_AT_REST = 0.5
 MEMORY_RESERVE_BYTES = 2**30
-FORMULA = ("min((MemAvailable - 1 GiB) / 40 MiB, cores * 0.5 / 0.007): "
-           "40 MiB and 7 ms of CPU per second per router at rest")
+FORMULA = ("min((MemAvailable - 1 GiB) / 40 MiB, cores * 0.5 / 0.001): "
+           "40 MiB and 1 ms of CPU per second per router at rest")
 
 
 @dataclass(frozen=True)
