@@ -48,6 +48,7 @@ from orchestrator.docker_util import (
     current_state_dir,
     docker_available,
     docker_client,
+    start_or_explain,
 )
 from orchestrator.errors import InputError, TestbedError
 from orchestrator.state import StateStore
@@ -201,7 +202,7 @@ class DockerBackend(NetnsMixin, Backend):
                 raise TestbedError(f"node {node} is already running")
             if not self._attached(container):  # stopped while disconnected: back on the network
                 self._network_obj().connect(container, ipv4_address=self.ips[node])
-        container.start()
+        start_or_explain(node, container)
         # A (re)started node has a fresh network namespace: no partition rules
         # (the controller treats a restarted node as not isolated), and its
         # kernel shaping is applied again.

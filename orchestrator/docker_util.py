@@ -123,3 +123,17 @@ def cgroup_cpu_seconds(container_id: str) -> float | None:
         except (OSError, ValueError):
             continue
     return None
+
+
+def start_or_explain(node: str, container: Any) -> None:
+    """container.start(); a daemon too loaded to answer within the client's
+    timeout is the host's limit (exit 3), not an internal error."""
+    import requests.exceptions  # noqa: PLC0415 - the Docker SDK's transport
+
+    try:
+        container.start()
+    except requests.exceptions.ReadTimeout as exc:
+        raise BackendUnavailable(
+            f"node {node}: the Docker daemon did not start its container in time ({exc}); "
+            "the host is too loaded for this many containers: run fewer nodes or on a quieter host"
+        ) from None
