@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.fidelity import fidelity
 from analysis.rundir import RunDir
 from node.trace_vocab import RunEvent
 
@@ -414,6 +415,43 @@ def _recovery_table(s: dict[str, Any]) -> str:
     )
 
 
+FIDELITY_COLUMNS = [("node", "node"), ("CPU (s)", "cpu_s"), ("at rest (ms/s)", "rest_ms_per_s"),
+                    ("under load (ms/s)", "load_ms_per_s"), ("deliveries", "deliveries"),
+                    ("per delivery (ms)", "ms_per_delivery"), ("lag p50 (ms)", "lag_p50_ms"),
+                    ("lag p99 (ms)", "lag_p99_ms"), ("lag max (ms)", "lag_max_ms")]
+
+
+def _fidelity(d: dict[str, Any]) -> str:
+    """Per node: the CPU its router used and its event-loop lag; and the
+    budget (analysis/fidelity.py)."""
+    run: RunDir = d["run"]
+    nodes = d["nodes"]
+    delivered = ({str(r.node): int(r.delivered) for r in nodes.itertuples()}
+                 if len(nodes) and "delivered" in nodes.columns else {})
+    f = fidelity(run.path, run.manifest, delivered)
+    if f is None:
+        return '<p class="muted">No per-router CPU figures in this run (router-cpu.json: real backends only).</p>'
+    share = f"{f['faithful_share'] * 100:.0f}%"
+    budget = _kv([
+        ("CPU source", f["source"]),
+        ("host cores", f["host_cpus"]),
+        ("rest window (s)", f["rest_window_s"]),
+        ("load window (s)", f["load_window_s"]),
+        ("CPU per router-second at rest (ms, median)", f["rest_ms_per_router_s"]),
+        ("CPU per delivery (ms, median)", f["ms_per_delivery"]),
+        ("deliveries per router-second", f["deliveries_per_router_s"]),
+        ("CPU per router-second at this rate (ms)", f["ms_per_router_s_at_rate"]),
+        (f"routers this host runs faithfully at this rate (cores at {share})", f["budget_at_rate"]),
+        (f"routers this host runs faithfully at rest (cores at {share})", f["budget_at_rest"]),
+        ("routers in this run", f["routers"]),
+    ])
+    head = "".join(f"<th>{esc(label)}</th>" for label, _ in FIDELITY_COLUMNS)
+    rows = "".join("<tr>" + "".join(f"<td>{esc(fmt(r[key]))}</td>" for _, key in FIDELITY_COLUMNS) + "</tr>"
+                   for r in f["per_node"])
+    return (f"{budget}<details><summary>per node ({len(f['per_node'])})</summary>"
+            f'<table class="grid-t"><tr>{head}</tr>{rows}</table></details>')
+
+
 def _charts(d: dict[str, Any], idx: int) -> list[str]:
     s, run = d["summary"], d["run"]
     t0 = int(s.get("t0_ns") or 0)
@@ -501,7 +539,8 @@ def _run_section(d: dict[str, Any], idx: int, heading: bool) -> str:
         f"<h3>Experiment and manifest</h3>{_experiment(d)}"
         f"<h3>Summary</h3>{_cards(s)}{_summary_table(s)}"
         f'<h3>Charts</h3><div class="charts">{charts}</div>'
-        f"<h3>Recovery after churn</h3>{_recovery_table(s)}</section>"
+        f"<h3>Recovery after churn</h3>{_recovery_table(s)}"
+        f"<h3>Fidelity</h3>{_fidelity(d)}</section>"
     )
 
 

@@ -16,7 +16,7 @@ from node.errors import InputError
 
 
 # files of a run directory that are not traces, though their suffix says JSON
-RUN_FILES = frozenset({"manifest.json", "topology.json", "summary.json", "events.jsonl"})
+RUN_FILES = frozenset({"manifest.json", "topology.json", "summary.json", "events.jsonl", "router-cpu.json"})
 
 
 @dataclass

@@ -6,6 +6,12 @@ live network namespaces, state records). The CI test runs 20 tries; this runs
 
     .venv/bin/python bench/bench_teardown.py [--tries 50] [--seed 17] [--json]
 
+With --readiness-fail N it instead runs --tries runs of N containers in a
+row, each made to fail at readiness (tests/readiness_harness.py), and
+reports the time to the failure, the teardown's time and what each left:
+
+    .venv/bin/python bench/bench_teardown.py --readiness-fail 250 --tries 2
+
 Docker is shared with whatever else runs on the host: the durations of the
 tries depend on that load; the counts of what is left must not.
 """
@@ -23,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.image import ensure_image  # noqa: E402
 from tests.kill_harness import kill_tries  # noqa: E402
+from tests.readiness_harness import readiness_tries  # noqa: E402
 
 
 def main() -> int:
@@ -30,9 +37,13 @@ def main() -> int:
     parser.add_argument("--tries", type=int, default=50)
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--json", action="store_true", help="print one JSON document at the end")
+    parser.add_argument("--readiness-fail", type=int, metavar="N",
+                        help="runs of N containers made to fail at readiness, --tries in a row")
     args = parser.parse_args()
     quiet = args.json
     ensure_image()
+    if args.readiness_fail:
+        return readiness_bench(args.readiness_fail, args.tries, quiet)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-teardown-") as work:
         results = kill_tries(args.tries, args.seed, Path(work), report=(lambda _l: None) if quiet else print)
@@ -57,6 +68,25 @@ def main() -> int:
               f"`down --all` failed {summary['down_all_failed']} time(s); left in total: "
               + ", ".join(f"{v} {k}" for k, v in totals.items()) + f"; {wall:.0f} s")
     return 0 if summary["clean_tries"] == len(results) else 1
+
+
+def readiness_bench(nodes: int, tries: int, quiet: bool) -> int:
+    with tempfile.TemporaryDirectory(prefix="bench-teardown-ready-") as work:
+        results = readiness_tries(nodes, tries, Path(work), report=(lambda _l: None) if quiet else print)
+    summary = {
+        "nodes": nodes, "tries": len(results),
+        "failed_at_readiness": sum("never came up" in r.error for r in results),
+        "clean_tries": sum(r.clean for r in results),
+        "up_s": [round(r.up_s, 1) for r in results], "down_s": [round(r.down_s, 1) for r in results],
+        "left": [r.left for r in results],
+    }
+    if quiet:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(f"\n{summary['clean_tries']}/{len(results)} runs of {nodes} containers failed at readiness "
+              f"left nothing; down took {summary['down_s']} s")
+    ok = summary["clean_tries"] == summary["failed_at_readiness"] == len(results)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

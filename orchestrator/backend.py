@@ -19,6 +19,7 @@ store, even when the process that created it was killed.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,21 @@ class Backend(ABC):
     def stop(self, node: str) -> None:
         """Graceful: SIGTERM; the router sends LEAVE/PRUNE and flushes its trace."""
 
+    def stop_many(self, nodes: Sequence[str]) -> dict[str, str]:
+        """`stop` every node that runs, a few at a time; returns why, for each
+        node that could not be stopped. A backend that can signal them all at
+        once overrides this."""
+        def one(node: str) -> str | None:
+            try:
+                if self.is_running(node):
+                    self.stop(node)
+            except Exception as exc:  # noqa: BLE001 - reported, the others go on
+                return str(exc)
+            return None
+
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            return {n: why for n, why in zip(nodes, pool.map(one, nodes), strict=True) if why is not None}
+
     @abstractmethod
     def kill(self, node: str) -> None:
         """Crash: SIGKILL."""
@@ -173,6 +189,14 @@ class Backend(ABC):
     @abstractmethod
     def destroy(self) -> None:
         """Remove everything this testbed created; traces stay."""
+
+    #: where `cpu_seconds` reads its figures, for router-cpu.json
+    cpu_source = ""
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds each running router has used since it started; empty
+        where the backend cannot tell (orchestrator/router_cpu.py)."""
+        return {}
 
     def isolation(self) -> dict[str, Any] | None:
         """How each node is confined (its mounts, its uid), for the manifest;

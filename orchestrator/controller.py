@@ -45,6 +45,7 @@ from orchestrator.nodestate import NodeState
 from orchestrator.peers import wire_facts
 from orchestrator.progress import Reporter
 from orchestrator.readiness import Readiness
+from orchestrator.router_cpu import record_sample
 from orchestrator.rundir import default_run_dir
 from orchestrator.runinfo import RunWriter
 from orchestrator.state import StateStore, check_name
@@ -89,6 +90,7 @@ class Controller:
         self.t0_ns: int | None = None
         self.workload_t0_ns: int | None = None
         self.started_at: str | None = None
+        self._cpu_at_workload = False  # router-cpu.json's "workload" sample is taken at the first publish
 
     # Creation and re-attachment
 
@@ -229,6 +231,7 @@ class Controller:
         timeout = ready_timeout if ready_timeout is not None else 30.0 + 0.3 * len(names)
         self.readiness.wait(names, timeout, self.reporter)
         self.event(RunEvent.ALL_UP, nodes=len(names))
+        self._sample_cpu("up")
         self._set_status("up", up_at_ns=time.time_ns())
         self.write_manifest(final=False)
 
@@ -264,6 +267,9 @@ class Controller:
         self.drain_churn()
 
     def publish(self, p: Publish) -> str | None:
+        if not self._cpu_at_workload:
+            self._cpu_at_workload = True
+            self._sample_cpu("workload")
         return publish(p, self.nodes, self.backend, self.writer, self._warn)
 
     # Churn
@@ -359,15 +365,16 @@ class Controller:
         self.drain_churn()
         self._pool.shutdown(wait=True)
         lags = {n: s.get("lag", {}) for n, s in self.node_statuses().items() if s}
+        self._sample_cpu("down")
         self.event(RunEvent.RUN_END)
         for name, st in self.nodes.items():
             if st.life.process is Process.PAUSED:
                 self.backend.resume(name)
         self._drain()
         with self.reporter.phase("stopping nodes and collecting traces", len(self.nodes)) as advance:
-            with ThreadPoolExecutor(max_workers=16) as pool:
-                for _ in pool.map(self._stop_quietly, self.nodes):
-                    advance(1)
+            for name, why in self.backend.stop_many(list(self.nodes)).items():
+                self.warnings.append(f"{name}: stop failed: {why}")
+            advance(len(self.nodes))
             incomplete: TeardownIncomplete | None = None
             try:
                 try:
@@ -396,12 +403,12 @@ class Controller:
         linger_until_quiet(self.nodes, self.backend, time.time_ns() + round(DRAIN_S * 1e9), self.reporter,
                            poll_s=DRAIN_POLL_S, title="draining: RPCs in flight arrive")
 
-    def _stop_quietly(self, name: str) -> None:
+    def _sample_cpu(self, at: str) -> None:
+        """router-cpu.json (orchestrator/router_cpu.py); failing costs the figure, never the run."""
         try:
-            if self.backend.is_running(name):
-                self.backend.stop(name)
+            record_sample(self.run_dir, at, self.backend.cpu_seconds(), self.backend.cpu_source)
         except Exception as exc:  # noqa: BLE001
-            self.warnings.append(f"{name}: stop failed: {exc}")
+            self._warn(f"router CPU at {at} not recorded: {exc}")
 
     def _check_traces(self) -> None:
         missing = [n for n in self.nodes if not (self.run_dir / "traces" / f"{n}.pb").is_file()]

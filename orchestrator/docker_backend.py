@@ -35,6 +35,7 @@ from orchestrator import docker_nodedir as nodedir
 from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.docker_netns import NetnsMixin
 from orchestrator.docker_network import create_network
+from orchestrator.docker_stop import stop_all
 from orchestrator.docker_teardown import Scope, bounded, find, summary, teardown
 from orchestrator.docker_util import (
     LABEL,
@@ -42,10 +43,12 @@ from orchestrator.docker_util import (
     LABEL_RUN,
     LABEL_STATE,
     LABEL_TESTBED,
+    cgroup_cpu_seconds,
     cgroup_memory,
     current_state_dir,
     docker_available,
     docker_client,
+    start_or_explain,
 )
 from orchestrator.errors import InputError, TestbedError
 from orchestrator.state import StateStore
@@ -111,8 +114,10 @@ class DockerBackend(NetnsMixin, Backend):
         self.ips: dict[str, str] = {}
         self._partitions: dict[str, set[str]] = {}
         self._caps: ShapingCapabilities | None = None
+        self._tc_applied: set[str] = set()
         self.commands_run: list[str] = []
         self.user = nodedir.node_user()
+        self._collected = False  # collect_traces ran: destroy need not inspect every container again
 
     # ------------------------------------------------------------ addresses
 
@@ -197,11 +202,12 @@ class DockerBackend(NetnsMixin, Backend):
                 raise TestbedError(f"node {node} is already running")
             if not self._attached(container):  # stopped while disconnected: back on the network
                 self._network_obj().connect(container, ipv4_address=self.ips[node])
-        container.start()
+        start_or_explain(node, container)
         # A (re)started node has a fresh network namespace: no partition rules
         # (the controller treats a restarted node as not isolated), and its
         # kernel shaping is applied again.
         self._partitions.pop(node, None)
+        self._tc_applied.discard(node)
         self._apply_tc(node)
 
     def start_many(self, configs: Iterable[NodeConfig]) -> None:
@@ -263,6 +269,15 @@ class DockerBackend(NetnsMixin, Backend):
 
     def stop(self, node: str) -> None:
         self._container(node).stop(timeout=STOP_TIMEOUT_S)
+
+    def stop_many(self, nodes: Sequence[str]) -> dict[str, str]:
+        """SIGTERM to all of them at once, one grace for all, endpoints
+        released one at a time (orchestrator/docker_stop.py)."""
+        flt = {"label": f"{LABEL_TESTBED}={self.testbed}"}
+        wanted = set(nodes)
+        ids = {(c.get("Labels") or {}).get(LABEL_NODE): c["Id"] for c in self._client.api.containers(filters=flt)}
+        return stop_all(self._client, flt, {n: cid for n, cid in ids.items() if n in wanted}, STOP_TIMEOUT_S,
+                        self.network_name)
 
     def kill(self, node: str) -> None:
         import docker.errors  # noqa: PLC0415
@@ -349,15 +364,25 @@ class DockerBackend(NetnsMixin, Backend):
     def collect_traces(self) -> None:
         """Traces are already on the host (bind mount). Record each container's
         final state (exit code, OOM) next to its log."""
-        for container in self._client.containers.list(all=True, filters={"label": f"{LABEL_TESTBED}={self.testbed}"}):
-            node = container.labels.get(LABEL_NODE)
+        import docker.errors  # noqa: PLC0415
+
+        api = self._client.api
+
+        def record(entry: dict[str, Any]) -> None:
+            node = (entry.get("Labels") or {}).get(LABEL_NODE)
             if not node:
-                continue
-            state = container.attrs.get("State", {})
+                return
+            try:
+                state = api.inspect_container(entry["Id"]).get("State", {})
+            except docker.errors.NotFound:
+                return
             keep = {k: state.get(k) for k in ("Status", "ExitCode", "OOMKilled", "StartedAt", "FinishedAt", "Error")}
             path = self.run_dir / "node-logs" / f"{node}.docker.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(keep, indent=1) + "\n")
+
+        _parallel(record, api.containers(all=True, filters={"label": f"{LABEL_TESTBED}={self.testbed}"}))
+        self._collected = True
 
     def memory_usage(self) -> dict[str, int]:
         """Bytes of memory each running container uses (cgroup v1 usage)."""
@@ -372,9 +397,21 @@ class DockerBackend(NetnsMixin, Backend):
                 out[node] = usage
         return out
 
+    cpu_source = "cgroup cpuacct of each container"
+
+    def cpu_seconds(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        listed = self._client.api.containers(filters={"label": f"{LABEL_TESTBED}={self.testbed}"})  # one call
+        for entry in listed:
+            node, used = (entry.get("Labels") or {}).get(LABEL_NODE), cgroup_cpu_seconds(entry["Id"])
+            if node and used is not None:
+                out[node] = used
+        return out
+
     def destroy(self) -> None:
         try:
-            self.collect_traces()
+            if not self._collected:
+                self.collect_traces()
         except Exception:  # noqa: BLE001 - destroy must go on
             pass
         try:

@@ -42,6 +42,9 @@ class NetnsMixin:
     _gateway: str | None
     _partitions: dict[str, set[str]]
     _caps: ShapingCapabilities | None
+    # nodes whose current namespace holds a qdisc this object put there; a
+    # (re)started node has a fresh namespace and leaves the set
+    _tc_applied: set[str]
 
     def disconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
         """None/empty: leave the Docker network (every connection dies, as a
@@ -68,7 +71,8 @@ class NetnsMixin:
         if not peers:
             if not self._attached(container):
                 self._network_obj().connect(container, ipv4_address=self.ips[node])
-                self._apply_tc(node)  # a new veth: shape it again
+                self._tc_applied.discard(node)  # a new veth, with no qdisc on it
+                self._apply_tc(node)  # shape it again
             healed = self._partitions.pop(node, set())
         else:
             healed = set(peers)
@@ -125,11 +129,15 @@ class NetnsMixin:
             per_dest, uplink, default=per_peer.get(DEFAULT_PEER), exempt=[self._gateway] if self._gateway else [],
             netem=caps.kernel_delay, dev="eth0",
         )
+        if not cmds and node not in self._tc_applied:
+            return []  # nothing to add, and nothing of ours to clear: leave the namespace alone
         if not self._netns_ready(node):
             return [shlex.join(c) for c in cmds]
         self._nsenter(node, tc.clear_commands("eth0"), check=False)
+        self._tc_applied.discard(node)
         if cmds:
             self._tc_batch(node, cmds)
+            self._tc_applied.add(node)
         return [shlex.join(c) for c in cmds]
 
     def qdisc_show(self, node: str) -> str:

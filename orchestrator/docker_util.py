@@ -103,3 +103,37 @@ def cgroup_memory(container_id: str) -> int | None:
         except (OSError, ValueError):
             continue
     return None
+
+
+def cgroup_cpu_seconds(container_id: str) -> float | None:
+    """CPU seconds a running container has used, from its cgroup (v1
+    cpuacct.usage in ns, v2 cpu.stat usage_usec); None where it is not
+    visible (the cgroup goes with the container's process)."""
+    try:
+        return int(Path(f"/sys/fs/cgroup/cpuacct/docker/{container_id}/cpuacct.usage").read_text()) / 1e9
+    except (OSError, ValueError):
+        pass
+    for path in (f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cpu.stat",
+                 f"/sys/fs/cgroup/docker/{container_id}/cpu.stat"):
+        try:
+            for line in Path(path).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def start_or_explain(node: str, container: Any) -> None:
+    """container.start(); a daemon too loaded to answer within the client's
+    timeout is the host's limit (exit 3), not an internal error."""
+    import requests.exceptions  # noqa: PLC0415 - the Docker SDK's transport
+
+    try:
+        container.start()
+    except requests.exceptions.ReadTimeout as exc:
+        raise BackendUnavailable(
+            f"node {node}: the Docker daemon did not start its container in time ({exc}); "
+            "the host is too loaded for this many containers: run fewer nodes or on a quieter host"
+        ) from None

@@ -34,6 +34,7 @@ from node.config import LinkShape, NodeConfig
 from node.runtime.client import ControlError
 from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.errors import BackendUnavailable, TestbedError
+from orchestrator.router_cpu import proc_cpu_seconds
 from orchestrator.state import StateStore
 
 PEER_PORT = 9000
@@ -299,6 +300,17 @@ class ProcessBackend(Backend):
             self.control_client(node).call("rejoin", peers=list(peers) if peers else None)
         except ControlError as exc:
             raise TestbedError(f"{node}: reconnect failed: {exc}") from None
+
+    cpu_source = "/proc/<pid>/stat utime+stime of each router process"
+
+    def cpu_seconds(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for node in (self.store.load(self.testbed) or {}).get("nodes") or {}:
+            found = self._pid(node)
+            used = proc_cpu_seconds(found[0]) if found is not None and proc_alive(*found) else None
+            if used is not None:
+                out[node] = used
+        return out
 
     def collect_traces(self) -> None:
         """Nodes write straight into run_dir/traces; nothing to copy."""

@@ -31,6 +31,7 @@ from tests.docker_fixtures import (  # noqa: F401 - fixtures
     wait_for,
 )
 from tests.kill_harness import labelled, live_netns, records, sandbox_keys
+from tests.readiness_harness import readiness_tries
 
 pytestmark = [pytest.mark.docker, needs_docker]
 
@@ -73,30 +74,17 @@ def assert_nothing_left(state: Path, netns: set[str]) -> None:
     assert live_netns(netns) == []
 
 
-def test_readiness_timeout_with_thirty_containers_leaves_nothing(tmp_path, monkeypatch, node_image):
-    from cli.postrun import plan_runs
-    from orchestrator.runs import run_experiment
-    from orchestrator.docker_backend import DockerBackend
-    from orchestrator.errors import TestbedError
-
-    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
-    state = tmp_path / "state"
-    netns: set[str] = set()
-    original = DockerBackend.start_many
-
-    def start_and_note(self, configs):
-        original(self, configs)
-        netns.update(sandbox_keys(state))
-
-    monkeypatch.setattr(DockerBackend, "start_many", start_and_note)
-    planned = plan_runs(experiment(tmp_path, "ready", 30), None, tmp_path / "run", "docker", None).runs[0]
-    with pytest.raises(TestbedError, match="never came up"):
-        run_experiment(planned.resolved, planned.resolved_yaml, "docker", planned.run_dir, ready_timeout=0.0)
-    assert len(netns) == 30
-    assert_nothing_left(state, netns)
-    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest["status"] == "finished" and manifest["isolation"]["cap_drop"] == ["ALL"]
-    assert "never came up" in (tmp_path / "run" / "events.jsonl").read_text()
+def test_two_readiness_timeouts_in_a_row_with_thirty_containers_leave_nothing(tmp_path, node_image):
+    """Issue #17's failure, scaled to CI: runs that fail at readiness, twice in
+    a row (the second starts at once), each tearing down everything it made."""
+    results = readiness_tries(30, 2, tmp_path, report=lambda _line: None)
+    for r in results:
+        assert "never came up" in r.error, r.line()
+        assert r.started == 30, r.line()
+        assert r.clean, r.line()
+        manifest = json.loads((tmp_path / f"run-{r.index}" / "manifest.json").read_text())
+        assert manifest["status"] == "finished" and manifest["isolation"]["cap_drop"] == ["ALL"]
+        assert "never came up" in (tmp_path / f"run-{r.index}" / "events.jsonl").read_text()
 
 
 def test_an_exception_in_the_workload_tears_down(tmp_path, monkeypatch, node_image):

@@ -62,7 +62,7 @@ class _Listing:
     def __init__(self, objects) -> None:
         self.objects = objects
 
-    def list(self, all: bool = False, filters: dict[str, str] | None = None):  # noqa: A002 - the SDK's name
+    def list(self, all: bool = False, filters: dict[str, str] | None = None, sparse: bool = False):  # noqa: A002
         key, _, value = (filters or {}).get("label", "").partition("=")
         return [o for o in self.objects() if key in o.labels and (not value or o.labels[key] == value)]
 

@@ -1,0 +1,153 @@
+"""stop_all (orchestrator/docker_stop.py) against a fake engine: every
+container gets SIGTERM before any wait, one grace period covers all of them,
+SIGKILL only for those still running after it, paused ones are unpaused
+first, and what cannot be stopped is named; with root, a container's init
+is held while its router exits, and every disconnect happens before any
+init is let go (so no two endpoints are released together)."""
+
+from __future__ import annotations
+
+import docker.errors
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from orchestrator.docker_stop import stop_all
+
+FLT = {"label": "gossip-testbed.testbed=t"}
+
+
+class FakeApi:
+    def __init__(self, states: dict[str, str], ignores_term: set[str] = frozenset(), exits_after: int = 1) -> None:
+        self.states = dict(states)
+        self.ignores_term = set(ignores_term)
+        self.exits_after = exits_after  # listings before a SIGTERMed container has exited
+        self.termed: dict[str, int] = {}
+        self.calls: list[tuple[str, str]] = []
+
+    def containers(self, filters=None):
+        assert filters["label"] == FLT["label"]
+        for cid in list(self.termed):
+            self.termed[cid] -= 1
+            if self.termed[cid] <= 0 and self.states[cid] == "running":
+                self.states[cid] = "exited"
+        want = filters.get("status")
+        return [{"Id": cid, "State": st} for cid, st in self.states.items()
+                if st != "exited" and (want is None or st == want)]
+
+    def inspect_container(self, cid):
+        return {"State": {"Pid": 0}}  # no init pid: the plain way
+
+    def unpause(self, cid):
+        self.calls.append(("unpause", cid))
+        self.states[cid] = "running"
+
+    def kill(self, cid, signal):
+        self.calls.append((signal, cid))
+        if self.states.get(cid) == "gone":
+            raise docker.errors.APIError("500 Server Error", explanation="cannot kill: device busy")
+        if self.states[cid] == "exited":
+            raise docker.errors.APIError("409", explanation=f"Container {cid} is not running")
+        if signal == "SIGKILL":
+            self.states[cid] = "exited"
+        elif cid not in self.ignores_term:
+            self.termed[cid] = self.exits_after
+
+
+class FakeClient:
+    def __init__(self, api: FakeApi) -> None:
+        self.api = api
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def test_all_get_sigterm_before_any_wait_and_stop_within_one_grace():
+    api = FakeApi({f"c{i}": "running" for i in range(50)}, exits_after=3)
+    clock = Clock()
+    assert stop_all(FakeClient(api), FLT, {f"n{i}": f"c{i}" for i in range(50)}, 10.0, None, clock, clock.sleep) == {}
+    assert sorted(api.calls) == sorted(("SIGTERM", f"c{i}") for i in range(50))
+    assert clock.t < 1.0  # one shared wait, not 50 graces
+    assert set(api.states.values()) == {"exited"}
+
+
+def test_sigkill_only_for_those_still_running_after_the_grace():
+    api = FakeApi({"c0": "running", "c1": "running"}, ignores_term={"c1"})
+    clock = Clock()
+    assert stop_all(FakeClient(api), FLT, {"n0": "c0", "n1": "c1"}, 10.0, None, clock, clock.sleep) == {}
+    assert ("SIGKILL", "c1") in api.calls and ("SIGKILL", "c0") not in api.calls
+    assert 10.0 <= clock.t < 11.0
+
+
+def test_paused_ones_are_unpaused_first_and_failures_are_named():
+    api = FakeApi({"c0": "paused", "c1": "gone", "c2": "exited"}, ignores_term={"c1"})
+    api.states["c1"] = "running"
+    clock = Clock()
+
+    def kill(cid, signal, orig=api.kill):
+        if cid == "c1":
+            api.calls.append((signal, cid))
+            raise docker.errors.APIError("500", explanation="cannot kill: device busy")
+        return orig(cid, signal)
+
+    api.kill = kill
+    out = stop_all(FakeClient(api), FLT, {"n0": "c0", "n1": "c1", "n2": "c2"}, 1.0, None, clock, clock.sleep)
+    assert api.calls[0] == ("unpause", "c0")
+    assert set(out) == {"n1"} and "still running" in out["n1"]
+    assert api.states["c0"] == "exited"
+
+
+class HeldApi:
+    """Containers whose init is a real `sh` with one child (the router)."""
+
+    def __init__(self, inits: dict[str, subprocess.Popen]) -> None:
+        self.inits = inits
+        self.calls: list[tuple[str, str, float]] = []
+
+    def containers(self, filters=None):
+        if filters.get("status") == "paused":
+            return []
+        return [{"Id": cid, "State": "running"} for cid, p in self.inits.items() if p.poll() is None]
+
+    def inspect_container(self, cid):
+        return {"State": {"Pid": self.inits[cid].pid, "Paused": False}}
+
+    def disconnect_container_from_network(self, cid, network):
+        self.calls.append(("disconnect", cid, time.monotonic()))
+        assert all(p.poll() is None for p in self.inits.values()), "an init was let go before every disconnect"
+
+    def kill(self, cid, signal):
+        raise AssertionError("a held container is never signalled through Docker")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="holding a container's init needs root (as the docker backend does)")
+def test_with_root_the_init_is_held_until_every_endpoint_is_released_one_at_a_time():
+    inits = {f"c{i}": subprocess.Popen(["sh", "-c", "sleep 60 & wait $!"]) for i in range(4)}
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(
+                os.path.exists(f"/proc/{p.pid}/task/{p.pid}/children")
+                and open(f"/proc/{p.pid}/task/{p.pid}/children").read().strip() for p in inits.values()):
+            time.sleep(0.05)
+        api = HeldApi(inits)
+        out = stop_all(FakeClient(api), FLT, {f"n{i}": f"c{i}" for i in range(4)}, 5.0, "gtb-x")
+        assert out == {}
+        assert [c[1] for c in api.calls] == ["c0", "c1", "c2", "c3"]
+        for p in inits.values():
+            assert p.wait(timeout=5) == 128 + signal.SIGTERM  # the init reports its router's SIGTERM
+    finally:
+        for p in inits.values():
+            if p.poll() is None:
+                p.kill()
