@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from node.config import NodeConfig
-from node.engine.registry import ROUTERS
 from node.trace_vocab import RunEvent
 from orchestrator.backend import Backend, BackendContext, ShapingCapabilities
 from orchestrator.backends import backend_class, make_backend
 from orchestrator.errors import BackendUnavailable, InputError, TeardownIncomplete, TestbedError
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
+from orchestrator.foreign import router_kind
 from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
 from orchestrator.manifest import build_manifest, lag_summary, read_lag_files
 from orchestrator.nodeconfigs import build_configs, kernel_shape
@@ -110,7 +110,7 @@ class Controller:
             raise InputError("node names must be unique")
         neighbours = resolved.neighbours()
         nodes = {
-            s.name: NodeState(s.name, s.router, s.seed, neighbours[s.name], ROUTERS[s.router].mesh_low(s.params),
+            s.name: NodeState(s.name, s.router, s.seed, neighbours[s.name], router_kind(s.router).mesh_low(s.params),
                               NodeLife(Process.STOPPED, frozenset(s.topics)))
             for s in resolved.nodes
         }

@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from node.engine.registry import ROUTERS
 from node.trace_vocab import RunEvent
 from orchestrator.backend import Backend
 from orchestrator.errors import TestbedError
+from orchestrator.foreign import router_kind
 from orchestrator.nodestate import NodeState
 from orchestrator.progress import Reporter
 
@@ -46,8 +46,7 @@ class Readiness:
         st = self.nodes[name]
         if not st.mesh_low:
             return True
-        kind = ROUTERS.get(st.router)
-        any_topic = kind is not None and kind.mesh_any_topic
+        any_topic = router_kind(st.router).mesh_any_topic
         peers = set(status.get("peers", []))
         mesh = status.get("mesh", {})
         for topic in st.topics:
@@ -121,5 +120,4 @@ class Readiness:
 
 
 def _meshes(router: str) -> bool:
-    kind = ROUTERS.get(router)
-    return kind is not None and kind.meshes
+    return router_kind(router).meshes
