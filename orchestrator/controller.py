@@ -37,7 +37,10 @@ from orchestrator.backends import backend_class, make_backend
 from orchestrator.errors import BackendUnavailable, InputError, TeardownIncomplete, TestbedError
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
-from orchestrator.foreign import router_kind
+from orchestrator.foreign import is_bare, router_kind
+from orchestrator.foreign_nodes import (
+    before_start, convert_outputs, node_facts, planned_workload_t0, refuse_images, unshaped_warning, write_pieces,
+)
 from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
 from orchestrator.manifest import build_manifest, lag_summary, read_lag_files
 from orchestrator.nodeconfigs import build_configs, kernel_shape
@@ -87,6 +90,7 @@ class Controller:
         self.t0_ns: int | None = None
         self.workload_t0_ns: int | None = None
         self.started_at: str | None = None
+        self.foreign_outputs: dict[str, dict[str, Any]] = {}
 
     # Creation and re-attachment
 
@@ -102,6 +106,7 @@ class Controller:
         reporter = reporter or Reporter()
         testbed = check_name(testbed or resolved.name)
         check_capabilities(backend_class(backend_name), {c.action for c in resolved.churn})
+        refuse_images(resolved, backend_class(backend_name))
         if store.exists(testbed):
             raise InputError(f"a testbed named {testbed!r} is already up; `testbed down {testbed}` or use --name")
         run_dir = Path(run_dir or default_run_dir(resolved.name, backend_name)).resolve()
@@ -179,7 +184,9 @@ class Controller:
 
     # up
 
-    def up(self, ready_timeout: float | None = None) -> None:
+    def up(self, ready_timeout: float | None = None, with_workload: bool = False) -> None:
+        """Start every node; `with_workload`: the workload follows (`testbed
+        run`), so bare images get their publishes in their scripts."""
         resolved = self.resolved
         assert resolved is not None, "up() needs a controller made by create()"
         names = [n.name for n in resolved.nodes]
@@ -195,6 +202,8 @@ class Controller:
             self.reporter.note(f"shaping: {self.caps.path} ({self.caps.detail})")
         token = (self.store.load(self.testbed) or {}).get("token", "")
         self.configs = build_configs(resolved, addresses, self.caps, token, self.run_dir)
+        if (unshaped := unshaped_warning(resolved, self.caps)) is not None:
+            self._warn(unshaped)
         cfg_dir = self.store.dir(self.testbed) / "configs"
         cfg_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for name in names:
@@ -209,7 +218,13 @@ class Controller:
             )
         self._set_status("starting", shaping=self.caps.__dict__, t0_ns=self.t0_ns, started_at=self.started_at)
         with self.reporter.phase(f"starting {len(names)} nodes", len(names)) as advance:
-            self.backend.start_many([self._next_config(name) for name in names])
+            # Bare images last, their scripts written for a workload start fixed just before (foreign_nodes.py).
+            bare = [n for n in names if is_bare(self.nodes[n].router)]
+            for batch in ([n for n in names if n not in bare], bare):
+                if batch is bare and with_workload:
+                    self.workload_t0_ns = planned_workload_t0(resolved, time.time_ns())
+                write_pieces(resolved, self.run_dir, self.workload_t0_ns, with_workload, batch)
+                self.backend.start_many([self._next_config(name) for name in batch])
             for name in names:
                 st = self.nodes[name]
                 st.life = replace(st.life, process=Process.RUNNING)
@@ -236,6 +251,7 @@ class Controller:
         st = self.nodes[name]
         st.incarnation += 1
         seed = incarnation_seed(st.seed, st.incarnation)
+        before_start(self.run_dir, name, time.time_ns())
         return replace(self.configs[name], seed=seed, topics=tuple(sorted(st.topics)))
 
     # Workload
@@ -244,7 +260,11 @@ class Controller:
         """Publishes and churn at their times, then the linger: the fixed
         one, or with `linger: auto` until the network is quiet (at most
         until the experiment's end)."""
-        t0 = self.workload_t0_ns = time.time_ns()
+        planned, now = self.workload_t0_ns, time.time_ns()  # planned: fixed before bare images' scripts
+        t0 = self.workload_t0_ns = planned or now
+        if planned is not None and now > planned:
+            self._warn(f"the nodes were up {(now - planned) / 1e9:.1f} s after the workload's fixed start: "
+                       "bare images' scripted publishes may have gone out before every node was connected")
         self._set_status("running", workload_t0_ns=t0)
         run_timeline(resolved, t0, self.reporter, self.publish, lambda action: self.churn(action, wait=False))
         end_ns = t0 + round(resolved.end_time() * 1e9)
@@ -375,6 +395,9 @@ class Controller:
             except TeardownIncomplete as exc:  # the run directory is finished all the same
                 incomplete, lines = exc, exc.removed
                 self._warn(str(exc))
+        self.foreign_outputs, warnings = convert_outputs(self.run_dir, list(self.nodes))
+        for message in warnings:
+            self._warn(message)
         self._check_traces()
         self.write_manifest(final=True, lags=lags)
         self.writer.close()
@@ -401,6 +424,10 @@ class Controller:
         t0 = self.t0_ns or record.get("t0_ns")
         extra: dict[str, Any] = {"testbed": self.testbed, "status": "finished" if final else "up",
                                  **record.get("wire_facts", {})}
+        if self.caps is not None:
+            extra["node_facts"] = node_facts({n: st.router for n, st in self.nodes.items()}, self.caps)
+        if self.foreign_outputs:
+            extra["foreign_outputs"] = self.foreign_outputs
         isolation = self.backend.isolation()
         if isolation is not None:
             extra["isolation"] = isolation

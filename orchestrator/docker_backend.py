@@ -5,9 +5,15 @@ Decisions (docs/docker.md says the same for users):
 - Addressing: the testbed gets its own *internal* bridge network (no route to
   the outside, orchestrator/docker_network.py); every node gets a static IP
   (IPAM ipv4_address), assigned in `prepare` so initial_peers can be written
-  before any container starts. Peers on port 4001, the control endpoint on
-  port 4002 of the same IP; the host reaches both over the bridge (its
-  gateway address).
+  before any container starts. Peers on port 9000 (the gossipsub-interop
+  contract's port), the control endpoint on port 4002 of the same IP; the
+  host reaches both over the bridge (its gateway address). Every container's
+  hostname and network alias is nodeN (N its index in the experiment), as
+  the contract's `connect` resolves peers by that name.
+- Foreign routers (orchestrator/foreign.py) run their own image with its own
+  entry point, `--params /node/params.json` (+ `--config /node/config.json`
+  for our adapters); their stdout is the contract's NDJSON, kept in the
+  container's log and copied to nodes/<node>/stdout.ndjson at collect.
 - Shaping and partitions: from the host, in each container's network
   namespace (orchestrator/docker_netns.py). Containers run with every
   capability dropped, no-new-privileges, a read-only root filesystem, never
@@ -47,15 +53,20 @@ from orchestrator.docker_util import (
     docker_available,
     docker_client,
 )
-from orchestrator.errors import InputError, TestbedError
+from orchestrator.errors import BackendUnavailable, InputError, TestbedError
+from orchestrator.foreign import build_foreign_image, foreign_kind, is_foreign
+from orchestrator.foreign_nodes import PARAMS, STDOUT
+from orchestrator.image_base import image_or_none
 from orchestrator.state import StateStore
 
 __all__ = ["DockerBackend", "NodeResources", "docker_available"]
 
-LISTEN_PORT = 4001
+LISTEN_PORT = 9000  # the gossipsub-interop contract's port, for every container
 CONTROL_PORT = 4002
 STOP_TIMEOUT_S = 10
 DEFAULT_MEMORY = "256m"
+NODE_LOG_SIZE = "1m"  # our routers log to /node/node.log; the container log is a fallback
+FOREIGN_LOG_SIZE = "512m"  # a foreign node's container log is its stdout: every received copy
 PARALLEL = 8  # concurrent Docker API calls in the *_many helpers and cleanup
 
 
@@ -83,7 +94,7 @@ def container_name(testbed: str, node: str) -> str:
 
 class DockerBackend(NetnsMixin, Backend):
     name = "docker"
-    capabilities = Capabilities(kernel_shaping=True, netem=True, partitions=True, pause=True)
+    capabilities = Capabilities(kernel_shaping=True, netem=True, partitions=True, pause=True, images=True)
 
     def __init__(self, ctx: BackendContext) -> None:
         """Options (ctx.options): "image" (default: build or reuse the router
@@ -113,6 +124,7 @@ class DockerBackend(NetnsMixin, Backend):
         self._caps: ShapingCapabilities | None = None
         self.commands_run: list[str] = []
         self.user = nodedir.node_user()
+        self.foreign_images: dict[str, str] = {}
 
     # ------------------------------------------------------------ addresses
 
@@ -191,7 +203,7 @@ class DockerBackend(NetnsMixin, Backend):
             self.ips[node] = config.listen_host
         container = self._container_or_none(node)
         if container is None:
-            container = self._create(node)
+            container = self._create(config)
         else:
             if container.status in ("running", "paused", "restarting"):
                 raise TestbedError(f"node {node} is already running")
@@ -208,12 +220,29 @@ class DockerBackend(NetnsMixin, Backend):
         """`start` for many nodes, a few Docker calls at a time."""
         _parallel(self.start, list(configs))
 
-    def _create(self, node: str) -> Any:
+    def _launch(self, config: NodeConfig) -> tuple[str, list[str] | None, list[str], str]:
+        """(image, entrypoint (None: the image's own), command, log size) of a node."""
+        cfg, log = nodedir.inside(nodedir.CONFIG), nodedir.inside(nodedir.LOG)
+        if not is_foreign(config.router):
+            return self.image, self.entrypoint, [cfg, log], NODE_LOG_SIZE  # type: ignore[return-value]
+        kind = foreign_kind(config.router)
+        if config.router not in self.foreign_images:
+            if kind.bare and image_or_none(self._client, kind.image) is None:  # type: ignore[arg-type]
+                raise BackendUnavailable(f"image {kind.image} is not on this machine (nothing is pulled): build it "
+                                         "first, docs/foreign-routers.md")
+            self.foreign_images[config.router] = kind.image if kind.bare else build_foreign_image(
+                config.router, reporter=self.reporter).tag
+        command = ["--params", nodedir.inside(PARAMS)] + (["--config", cfg] if kind.control else [])
+        return self.foreign_images[config.router], None, command, FOREIGN_LOG_SIZE
+
+    def _create(self, config: NodeConfig) -> Any:
+        node = config.name
         if self._network is None or self.image is None or node not in self.ips:
             raise TestbedError("DockerBackend.prepare must run before start")
         api = self._client.api
         res = self.resources.get(node, self.default_resources)
-        cfg, log = nodedir.inside(nodedir.CONFIG), nodedir.inside(nodedir.LOG)
+        image, entrypoint, command, log_size = self._launch(config)
+        alias = f"node{config.index}"
         host_config = api.create_host_config(
             binds={str(nodedir.node_dir(self.run_dir, node)): {"bind": nodedir.MOUNT, "mode": "rw"}},
             mem_limit=res.memory or self.default_resources.memory,
@@ -225,21 +254,21 @@ class DockerBackend(NetnsMixin, Backend):
             tmpfs={"/tmp": "size=16m"},
             pids_limit=512,
             network_mode=self.network_name,
-            log_config={"type": "json-file", "config": {"max-size": "1m"}},
+            log_config={"type": "json-file", "config": {"max-size": log_size}},
         )
         networking = api.create_networking_config({
-            self.network_name: api.create_endpoint_config(ipv4_address=self.ips[node]),
+            self.network_name: api.create_endpoint_config(ipv4_address=self.ips[node], aliases=[alias]),
         })
         created = api.create_container(
-            self.image,
+            image,
             name=container_name(self.testbed, node),
-            entrypoint=self.entrypoint,
-            command=[cfg, log],
+            entrypoint=entrypoint,
+            command=command,
             labels=self.labels(node),
             host_config=host_config,
             networking_config=networking,
             user=self.user.docker_user,
-            hostname=_safe(node)[:63],
+            hostname=alias,
             environment={"TESTBED_NODE": node},
         )
         return self._client.containers.get(created["Id"])
@@ -348,11 +377,17 @@ class DockerBackend(NetnsMixin, Backend):
 
     def collect_traces(self) -> None:
         """Traces are already on the host (bind mount). Record each container's
-        final state (exit code, OOM) next to its log."""
+        final state (exit code, OOM) next to its log; a foreign node's stdout
+        (its container log) goes to nodes/<node>/stdout.ndjson, its stderr
+        to node-logs/<node>.log."""
         for container in self._client.containers.list(all=True, filters={"label": f"{LABEL_TESTBED}={self.testbed}"}):
             node = container.labels.get(LABEL_NODE)
             if not node:
                 continue
+            d = nodedir.node_dir(self.run_dir, node)
+            if (d / PARAMS).is_file():
+                (d / STDOUT).write_bytes(container.logs(stdout=True, stderr=False))
+                (self.run_dir / "node-logs" / f"{node}.log").write_bytes(container.logs(stdout=False, stderr=True))
             state = container.attrs.get("State", {})
             keep = {k: state.get(k) for k in ("Status", "ExitCode", "OOMKilled", "StartedAt", "FinishedAt", "Error")}
             path = self.run_dir / "node-logs" / f"{node}.docker.json"

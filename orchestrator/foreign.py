@@ -17,6 +17,7 @@ mark), so the controller's readiness treats it as a gossipsub router.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ ADAPTER_EVENTS: tuple[str, ...] = tuple(sorted({*CONTRACT_EVENTS, *(t.name for t
 # The parameters of every foreign kind: gossipsub's, with what go cannot be
 # told fixed at the defaults.
 PARAMS_KIND = RouterKind("foreign", GossipSubParams, GossipSubRouter, {"gossip": True, **unmapped_defaults()}, "D_low")
+# A bare image's mesh cannot be seen (no control endpoint): nobody waits for it.
+BARE_KIND = dataclasses.replace(PARAMS_KIND, mesh_low_key=None)
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,9 @@ def foreign_kind(router: str) -> ForeignKind:
 
 def router_kind(router: str) -> RouterKind:
     """Parameters and mesh facts of any router an experiment can name."""
-    return ROUTERS[router] if router in ROUTERS else PARAMS_KIND
+    if router in ROUTERS:
+        return ROUTERS[router]
+    return BARE_KIND if is_bare(router) else PARAMS_KIND
 
 
 def implementation(router: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from node.trace_vocab import RunEvent
 from orchestrator.backend import Backend
 from orchestrator.errors import TestbedError
-from orchestrator.foreign import router_kind
+from orchestrator.foreign import is_bare, router_kind
 from orchestrator.nodestate import NodeState
 from orchestrator.progress import Reporter
 
@@ -32,7 +32,29 @@ class Readiness:
         self.event = event
 
     def status(self, name: str) -> dict[str, Any] | None:
+        if is_bare(self.nodes[name].router):
+            return self.observed(name)
         return self.backend.control_client(name).try_call("status", timeout=2.0)
+
+    def observed(self, name: str) -> dict[str, Any] | None:
+        """A bare image's status as its peers see it (it has no control
+        endpoint): running, and a peer of each neighbour that reports its
+        peers. Neighbours that are bare images too cannot be asked; their
+        link counts as up once both run."""
+        if not self.backend.is_running(name):
+            return None
+        peers = []
+        for p in self.nodes[name].neighbours:
+            if p not in self.nodes:
+                continue
+            if is_bare(self.nodes[p].router):
+                if self.backend.is_running(p):
+                    peers.append(p)
+                continue
+            status = self.backend.control_client(p).try_call("status", timeout=2.0)
+            if status is not None and name in status.get("peers", []):
+                peers.append(p)
+        return {"name": name, "peers": sorted(peers), "mesh": {}, "observed": True}
 
     def expected_peers(self, name: str) -> set[str]:
         st = self.nodes[name]

@@ -21,8 +21,10 @@ from typing import Any
 
 from node.runtime.client import ControlError
 from node.trace_vocab import RunEvent
+from node.wire import workload_data
 from orchestrator.backend import Backend
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
+from orchestrator.foreign import is_bare
 from orchestrator.nodestate import NodeState
 from orchestrator.progress import Reporter
 from orchestrator.runinfo import RunWriter
@@ -40,12 +42,18 @@ def publish(
     p: Publish, nodes: Mapping[str, NodeState], backend: Backend, writer: RunWriter, warn: Callable[[str], None]
 ) -> str | None:
     """Hand one workload message to its publisher (or, injected, to every
-    node in `via`); logs `publish` and returns the message id."""
+    node in `via`); logs `publish` and returns the message id. A bare image
+    publishes by its script (orchestrator/foreign_nodes.py): only logged."""
     live = [n for n in p.via if n in nodes and nodes[n].reachable]
     if not live:
         warn(f"message {p.seq}: no live publisher among {list(p.via)}; skipped")
         return None
     t = time.time_ns()
+    if p.publisher is not None and is_bare(nodes[p.publisher].router):  # its script publishes it
+        mid = workload_data(p.seq, 8).hex()
+        writer.event(t, RunEvent.PUBLISH, node=p.publisher, via=[p.publisher], topic=p.topic, message_id=mid,
+                     size=p.size, seq=p.seq, scripted=True)
+        return mid
     handed: list[str] = []
     mid = None
     for node in (live[:1] if p.publisher is not None else live):
@@ -100,7 +108,7 @@ def counters(nodes: Mapping[str, NodeState], backend: Backend) -> dict[str, tupl
         got = status.get("counters", {})
         return tuple(int(got.get(k, 0)) for k in QUIET_COUNTERS)
 
-    names = [n for n, st in nodes.items() if st.reachable]
+    names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]  # bare: no endpoint
     with ThreadPoolExecutor(max_workers=8) as pool:
         return dict(zip(names, pool.map(one, names), strict=True))
 
