@@ -125,6 +125,7 @@ class _Converter:
         self.shows_joins = shows_joins
         self.self_id = b""
         self.seen: set[bytes] = set()
+        self.topic = ""  # a Received Message without a topic: the script's one topic, if it has one
         self.events: list[tuple[int, int, TraceEvent, int | None]] = []  # (ts, order, event, rpc size)
         self.result = Conversion()
 
@@ -142,6 +143,8 @@ class _Converter:
         self.seen = set()
         script = self.scripts[self.result.starts] if self.result.starts < len(self.scripts) else ()
         self.result.starts += 1
+        topics = [i["topicID"] for i in script if i.get("type") == "subscribeToTopic"]
+        self.topic = topics[0] if len(topics) == 1 else ""
         waited = 0
         for instr in script:
             kind = instr.get("type")
@@ -157,8 +160,10 @@ class _Converter:
         msg = line["msg"]
         if msg == PEER_ID:
             self.start(t, line)
-        elif msg == RECEIVED:
-            mid, topic, peer = message_id_bytes(line.get("id")), _text(line, "topic"), _peer(line.get("from"))
+        elif msg == RECEIVED:  # from and topic are only a SHOULD in the contract
+            mid = message_id_bytes(line.get("id"))
+            topic = _text(line, "topic") if "topic" in line else self.topic
+            peer = _peer(line.get("from")) if "from" in line else b""
             kind = TraceType.DUPLICATE_MESSAGE if mid in self.seen else TraceType.DELIVER_MESSAGE
             self.seen.add(mid)
             self.add(TraceEvent(kind, t, mid, topic, peer=peer))

@@ -220,3 +220,16 @@ def test_hostname_gives_the_index():
     assert hostname_index("node12") == 12
     with pytest.raises(ValueError, match="nodeN"):
         hostname_index("n12")
+
+
+def test_converter_takes_the_bare_minimum_of_the_contract(tmp_path):
+    """`from` and `topic` are only a SHOULD: without them a copy still
+    counts, on the script's one topic; go's zone offsets parse."""
+    me = identity_for_index(1).peer_id_b58
+    lines = lines_for(("1999-12-31T16:08:12.4030048-08:00", "PeerID", {"id": me, "node_id": 1}),
+                      ("1999-12-31T16:08:13.4030048-08:00", "Received Message", {"id": "31", "level": "INFO"}))
+    result = convert(lines, tmp_path / "t.pb", identity_for_index(1).peer_id, [[{"type": "subscribeToTopic", "topicID": "x"}]])
+    assert result.garbage == 0
+    deliver = [e for e in read_trace(tmp_path / "t.pb") if e.type == TraceType.DELIVER_MESSAGE][0]
+    assert deliver.deliverMessage.topic == "x" and deliver.deliverMessage.receivedFrom == b""
+    assert deliver.timestamp == parse_time("2000-01-01T00:08:13.403004800Z")
