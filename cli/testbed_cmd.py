@@ -164,10 +164,11 @@ def _node_rows(ctl) -> list[dict[str, Any]]:
             "node": name, "state": state, "router": st.router,
             "peers": len(s["peers"]) if s else None,
             "mesh": {t: len(p) for t, p in s["mesh"].items()} if s else {},
-            "delivered": s["counters"]["delivered"] if s else None,
-            "published": s["counters"]["published"] if s else None,
-            "dropped": s["counters"]["dropped"] if s else None,
-            "lag_p99_ms": s["lag"]["p99_ms"] if s else None,
+            # adapters may omit lag and some counters; a bare image has neither (its peers' view)
+            "delivered": (s.get("counters") or {}).get("delivered") if s else None,
+            "published": (s.get("counters") or {}).get("published") if s else None,
+            "dropped": (s.get("counters") or {}).get("dropped") if s else None,
+            "lag_p99_ms": (s.get("lag") or {}).get("p99_ms") if s else None,
         })
     return rows
 
