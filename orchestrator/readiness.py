@@ -2,7 +2,9 @@
 is connected to every overlay neighbour it can reach (an error naming the
 stragglers if not), then has a mesh (a warning if not). Used at `up` and
 after a node is started or reconnected, so node_up is logged when the node
-can really receive."""
+can really receive. A bare gossipsub-interop image has no control endpoint:
+its status is what its neighbours report (`observed`), and its mesh is not
+waited for (docs/foreign-routers.md, "Readiness")."""
 
 from __future__ import annotations
 
