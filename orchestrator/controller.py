@@ -39,7 +39,7 @@ from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperime
 from orchestrator.experiment.resolve import incarnation_seed
 from orchestrator.foreign import is_bare, router_kind
 from orchestrator.foreign_nodes import (
-    before_start, convert_outputs, node_facts, planned_workload_t0, refuse_images, unshaped_warning, write_pieces,
+    before_start, convert_outputs, node_facts, planned_workload_t0, refuse_images, unshaped_warning, workload_bounds, write_pieces,
 )
 from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
 from orchestrator.manifest import build_manifest, lag_summary, read_lag_files
@@ -91,6 +91,7 @@ class Controller:
         self.workload_t0_ns: int | None = None
         self.started_at: str | None = None
         self.foreign_outputs: dict[str, dict[str, Any]] = {}
+        self.script_slack_ns = 0  # from writing bare images' scripts to their start returning
 
     # Creation and re-attachment
 
@@ -220,11 +221,14 @@ class Controller:
         with self.reporter.phase(f"starting {len(names)} nodes", len(names)) as advance:
             # Bare images last, their scripts written for a workload start fixed just before (foreign_nodes.py).
             bare = [n for n in names if is_bare(self.nodes[n].router)]
+            written = time.time_ns()
             for batch in ([n for n in names if n not in bare], bare):
                 if batch is bare and with_workload:
-                    self.workload_t0_ns = planned_workload_t0(resolved, time.time_ns())
+                    written = time.time_ns()
+                    self.workload_t0_ns = planned_workload_t0(resolved, written)
                 write_pieces(resolved, self.run_dir, self.workload_t0_ns, with_workload, batch)
                 self.backend.start_many([self._next_config(name) for name in batch])
+            self.script_slack_ns = time.time_ns() - written if self.workload_t0_ns else 0
             for name in names:
                 st = self.nodes[name]
                 st.life = replace(st.life, process=Process.RUNNING)
@@ -260,14 +264,12 @@ class Controller:
         """Publishes and churn at their times, then the linger: the fixed
         one, or with `linger: auto` until the network is quiet (at most
         until the experiment's end)."""
-        planned, now = self.workload_t0_ns, time.time_ns()  # planned: fixed before bare images' scripts
-        t0 = self.workload_t0_ns = planned or now
-        if planned is not None and now > planned:
-            self._warn(f"the nodes were up {(now - planned) / 1e9:.1f} s after the workload's fixed start: "
-                       "bare images' scripted publishes may have gone out before every node was connected")
+        t0, end_ns, late = workload_bounds(self.workload_t0_ns, self.script_slack_ns, time.time_ns(), resolved.end_time())
+        self.workload_t0_ns = t0
+        if late is not None:
+            self._warn(late)
         self._set_status("running", workload_t0_ns=t0)
         run_timeline(resolved, t0, self.reporter, self.publish, lambda action: self.churn(action, wait=False))
-        end_ns = t0 + round(resolved.end_time() * 1e9)
         if resolved.linger_auto:
             sleep_until(t0 + round(last_action_s(resolved) * 1e9))
             self.drain_churn()

@@ -72,6 +72,22 @@ def planned_workload_t0(resolved: ResolvedExperiment, now_ns: int) -> int | None
     return now_ns + round((LEAD_S + LEAD_PER_NODE_S * len(resolved.nodes)) * 1e9)
 
 
+def workload_bounds(planned_ns: int | None, slack_ns: int, now_ns: int, end_s: float) -> tuple[int, int, str | None]:
+    """(start, end, warning) of the workload on the wall clock. Without
+    scripted publishes it starts now. With them it keeps the start their
+    scripts were written for, and ends no earlier than their last possible
+    publish could have spread: a bare image counts its waits from its own
+    start, up to `slack_ns` after its script was written, plus waitUntil's
+    second. Nodes that came up after that start get a warning."""
+    if planned_ns is None:
+        return now_ns, now_ns + round(end_s * 1e9), None
+    end = planned_ns + slack_ns + round((end_s + 1.0) * 1e9)
+    if now_ns <= planned_ns:
+        return planned_ns, end, None
+    return planned_ns, end, (f"the nodes were up {(now_ns - planned_ns) / 1e9:.1f} s after the workload's fixed start: "
+                             "bare images' scripted publishes may have gone out before every node was connected")
+
+
 def write_pieces(resolved: ResolvedExperiment, run_dir: Path, workload_t0_ns: int | None, with_workload: bool,
                  nodes: list[str]) -> None:
     """The script pieces (interop.json) of the foreign ones of `nodes`: the

@@ -233,3 +233,13 @@ def test_converter_takes_the_bare_minimum_of_the_contract(tmp_path):
     deliver = [e for e in read_trace(tmp_path / "t.pb") if e.type == TraceType.DELIVER_MESSAGE][0]
     assert deliver.deliverMessage.topic == "x" and deliver.deliverMessage.receivedFrom == b""
     assert deliver.timestamp == parse_time("2000-01-01T00:08:13.403004800Z")
+
+
+def test_workload_bounds_keep_the_scripts_start():
+    from orchestrator.foreign_nodes import workload_bounds
+
+    s = 1_000_000_000
+    assert workload_bounds(None, 0, 50 * s, 8.0) == (50 * s, 58 * s, None)
+    assert workload_bounds(60 * s, 2 * s, 50 * s, 8.0) == (60 * s, 71 * s, None)  # + start slack + waitUntil's second
+    t0, end, late = workload_bounds(60 * s, 2 * s, 63 * s, 8.0)
+    assert (t0, end) == (60 * s, 71 * s) and "up 3.0 s after the workload's fixed start" in late
