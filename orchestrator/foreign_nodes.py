@@ -43,6 +43,7 @@ SCRIPTS = "scripts.jsonl"
 STDOUT = "stdout.ndjson"
 LEAD_S = 10.0  # the workload starts this long after the bare images are started ...
 LEAD_PER_NODE_S = 1.0  # ... plus this per node, when bare images publish by script
+START_ALLOWANCE_S = 10.0  # a bare image's own start-up after its container started (measured up to ~10 s under load)
 
 
 def node_dir(run_dir: Path, node: str) -> Path:
@@ -77,11 +78,12 @@ def workload_bounds(planned_ns: int | None, slack_ns: int, now_ns: int, end_s: f
     scripted publishes it starts now. With them it keeps the start their
     scripts were written for, and ends no earlier than their last possible
     publish could have spread: a bare image counts its waits from its own
-    start, up to `slack_ns` after its script was written, plus waitUntil's
-    second. Nodes that came up after that start get a warning."""
+    start, `slack_ns` after its script was written (until its container's
+    start returned) plus its own start-up (allowed START_ALLOWANCE_S), plus
+    waitUntil's second. Nodes that came up after that start get a warning."""
     if planned_ns is None:
         return now_ns, now_ns + round(end_s * 1e9), None
-    end = planned_ns + slack_ns + round((end_s + 1.0) * 1e9)
+    end = planned_ns + slack_ns + round((end_s + 1.0 + START_ALLOWANCE_S) * 1e9)
     if now_ns <= planned_ns:
         return planned_ns, end, None
     return planned_ns, end, (f"the nodes were up {(now_ns - planned_ns) / 1e9:.1f} s after the workload's fixed start: "
