@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.foreign import ADAPTERS, OURS, build_foreign_image
 from orchestrator.image import BASES, build_image, list_images
 from orchestrator.progress import Reporter, RichReporter
 
@@ -25,15 +26,25 @@ def build(
         help="auto (python:3.11-slim if present or pullable, else a debootstrapped Debian bookworm), "
              "debootstrap, or python:3.11-slim.",
     ),
+    router: str = typer.Option(
+        OURS, "--router",
+        help=f"Whose image: {OURS} (our routers) or a foreign adapter ({', '.join(ADAPTERS)}).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Build the router image (a no-op when nothing changed)."""
+    """Build a router image (a no-op when nothing changed)."""
     if base not in BASES:
         raise typer.BadParameter(f"choose one of {', '.join(BASES)}", param_hint="--base")
+    if router != OURS and router not in ADAPTERS:
+        raise typer.BadParameter(f"choose one of {', '.join([OURS, *ADAPTERS])} (a bare contract image is built "
+                                 "with docker build, docs/foreign-routers.md)", param_hint="--router")
     started = time.monotonic()
     reporter = Reporter() if as_json else RichReporter(Console(stderr=True))
-    with reporter.phase("building the router image"):
-        info = build_image(base=base, reporter=reporter)
+    with reporter.phase(f"building the {router} image"):
+        if router == OURS:
+            info = build_image(base=base, reporter=reporter)
+        else:
+            info = build_foreign_image(router, base=base, reporter=reporter)
     if as_json:
         typer.echo(json.dumps(info.to_dict(), indent=1))
         return

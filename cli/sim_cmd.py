@@ -13,6 +13,7 @@ from rich.console import Console
 
 from cli.postrun import finish_runs, plan_runs, print_outcome
 from cli.tables import SIM_ROWS, runs_table
+from orchestrator.foreign import refuse_in_simulator
 from orchestrator.progress import Reporter, RichReporter
 from orchestrator.sim_run import run_simulation
 
@@ -31,6 +32,8 @@ def sim(
 ) -> None:
     """Simulate an experiment on a virtual clock (deterministic for a seed)."""
     plan = plan_runs(file, seed, out, "sim", variant)
+    for run in plan.runs:
+        refuse_in_simulator(run.resolved.nodes)
     reporter = Reporter() if as_json else RichReporter(Console(stderr=True))
     summaries: dict[str, dict] = {}
     for run in plan.runs:

@@ -16,10 +16,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from node.engine.registry import ROUTERS
 from orchestrator import graphs
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.experiment.spec import Experiment, experiment_json_schema, load_experiment
+from orchestrator.foreign import router_kind
 from orchestrator.links import format_rate
 
 
@@ -62,7 +62,7 @@ def summary(exp: Experiment, r: ResolvedExperiment) -> dict[str, Any]:
 
 
 def _non_default_params(router: str, params: Any) -> dict[str, Any]:
-    kind = ROUTERS[router]
+    kind = router_kind(router)
     defaults = dataclasses.asdict(kind.make_params({}))
     return {k: v for k, v in params.items() if defaults.get(k) != v}
 

@@ -164,10 +164,11 @@ def _node_rows(ctl) -> list[dict[str, Any]]:
             "node": name, "state": state, "router": st.router,
             "peers": len(s["peers"]) if s else None,
             "mesh": {t: len(p) for t, p in s["mesh"].items()} if s else {},
-            "delivered": s["counters"]["delivered"] if s else None,
-            "published": s["counters"]["published"] if s else None,
-            "dropped": s["counters"]["dropped"] if s else None,
-            "lag_p99_ms": s["lag"]["p99_ms"] if s else None,
+            # adapters may omit lag and some counters; a bare image has neither (its peers' view)
+            "delivered": (s.get("counters") or {}).get("delivered") if s else None,
+            "published": (s.get("counters") or {}).get("published") if s else None,
+            "dropped": (s.get("counters") or {}).get("dropped") if s else None,
+            "lag_p99_ms": (s.get("lag") or {}).get("p99_ms") if s else None,
         })
     return rows
 
@@ -265,13 +266,18 @@ def publish(
     from orchestrator.controller import Controller  # noqa: PLC0415
     from orchestrator.experiment.model import Publish  # noqa: PLC0415
 
+    from orchestrator.foreign import CONTRACT, is_bare  # noqa: PLC0415
+
     ctl = Controller.attach(name)
     if node is None:
-        node = next((n for n, st in ctl.nodes.items() if st.reachable), None)
+        node = next((n for n, st in ctl.nodes.items() if st.reachable and not is_bare(st.router)), None)
         if node is None:
-            raise InputError(f"testbed {name}: no node is up")
+            raise InputError(f"testbed {name}: no node that takes live publishes is up")
     elif node not in ctl.nodes:
         raise InputError(f"testbed {name} has no node {node!r}")
+    elif is_bare(ctl.nodes[node].router):
+        raise InputError(f"{node} is a bare {CONTRACT} image ({ctl.nodes[node].router}): it has no control endpoint "
+                         "and publishes only what its script says; publish through another node")
     if topic is None:
         topics = sorted(ctl.nodes[node].topics)
         if not topics:

@@ -63,12 +63,15 @@ class Capabilities:
 
     kernel_shaping: tc in each node's own network namespace;
     netem: kernel delay/jitter/loss where the kernel has sch_netem;
-    partitions: disconnect/reconnect; pause: pause/unpause."""
+    partitions: disconnect/reconnect; pause: pause/unpause;
+    images: runs a bare container image (a gossipsub-interop node,
+    orchestrator/foreign.py)."""
 
     kernel_shaping: bool
     netem: bool
     partitions: bool
     pause: bool
+    images: bool = False
 
 
 @dataclass(frozen=True)

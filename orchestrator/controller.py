@@ -31,16 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from node.config import NodeConfig
-from node.engine.registry import ROUTERS
 from node.trace_vocab import RunEvent
 from orchestrator.backend import Backend, BackendContext, ShapingCapabilities
 from orchestrator.backends import backend_class, make_backend
 from orchestrator.errors import BackendUnavailable, InputError, TeardownIncomplete, TestbedError
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
+from orchestrator.foreign import is_bare, router_kind
+from orchestrator.foreign_nodes import (
+    before_start, convert_outputs, node_facts, planned_workload_t0, refuse_images, unshaped_warning, workload_bounds, write_pieces,
+)
 from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
 from orchestrator.manifest import build_manifest, lag_summary, read_lag_files
-from orchestrator.nodeconfigs import build_configs, kernel_shape
+from orchestrator.nodeconfigs import build_configs, shape_in_kernel
 from orchestrator.nodestate import NodeState
 from orchestrator.peers import wire_facts
 from orchestrator.progress import Reporter
@@ -49,13 +52,11 @@ from orchestrator.router_cpu import record_sample
 from orchestrator.rundir import default_run_dir
 from orchestrator.runinfo import RunWriter
 from orchestrator.state import StateStore, check_name
-from orchestrator.workload import last_action_s, linger_until_quiet, publish, run_timeline, sleep_until
+from orchestrator.workload import drain, last_action_s, linger_until_quiet, publish, run_timeline, sleep_until
 
 # Verbs a backend must declare a capability for.
 NEEDS_CAPABILITY = {Verb.PAUSE: "pause", Verb.UNPAUSE: "pause", Verb.DISCONNECT: "partitions",
                     Verb.RECONNECT: "partitions"}
-DRAIN_S = 3.0  # at most this long for the RPCs in flight at the end of a run to arrive
-DRAIN_POLL_S = 0.3
 
 
 def check_capabilities(backend: type[Backend] | Backend, verbs: set[str]) -> None:
@@ -91,6 +92,8 @@ class Controller:
         self.workload_t0_ns: int | None = None
         self.started_at: str | None = None
         self._cpu_at_workload = False  # router-cpu.json's "workload" sample is taken at the first publish
+        self.foreign_outputs: dict[str, dict[str, Any]] = {}
+        self.script_slack_ns = 0  # from writing bare images' scripts to their start returning
 
     # Creation and re-attachment
 
@@ -106,6 +109,7 @@ class Controller:
         reporter = reporter or Reporter()
         testbed = check_name(testbed or resolved.name)
         check_capabilities(backend_class(backend_name), {c.action for c in resolved.churn})
+        refuse_images(resolved, backend_class(backend_name))
         if store.exists(testbed):
             raise InputError(f"a testbed named {testbed!r} is already up; `testbed down {testbed}` or use --name")
         run_dir = Path(run_dir or default_run_dir(resolved.name, backend_name)).resolve()
@@ -114,7 +118,7 @@ class Controller:
             raise InputError("node names must be unique")
         neighbours = resolved.neighbours()
         nodes = {
-            s.name: NodeState(s.name, s.router, s.seed, neighbours[s.name], ROUTERS[s.router].mesh_low(s.params),
+            s.name: NodeState(s.name, s.router, s.seed, neighbours[s.name], router_kind(s.router).mesh_low(s.params),
                               NodeLife(Process.STOPPED, frozenset(s.topics)))
             for s in resolved.nodes
         }
@@ -183,7 +187,9 @@ class Controller:
 
     # up
 
-    def up(self, ready_timeout: float | None = None) -> None:
+    def up(self, ready_timeout: float | None = None, with_workload: bool = False) -> None:
+        """Start every node; `with_workload`: the workload follows (`testbed
+        run`), so bare images get their publishes in their scripts."""
         resolved = self.resolved
         assert resolved is not None, "up() needs a controller made by create()"
         names = [n.name for n in resolved.nodes]
@@ -199,6 +205,8 @@ class Controller:
             self.reporter.note(f"shaping: {self.caps.path} ({self.caps.detail})")
         token = (self.store.load(self.testbed) or {}).get("token", "")
         self.configs = build_configs(resolved, addresses, self.caps, token, self.run_dir)
+        if (unshaped := unshaped_warning(resolved, self.caps)) is not None:
+            self._warn(unshaped)
         cfg_dir = self.store.dir(self.testbed) / "configs"
         cfg_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for name in names:
@@ -213,21 +221,22 @@ class Controller:
             )
         self._set_status("starting", shaping=self.caps.__dict__, t0_ns=self.t0_ns, started_at=self.started_at)
         with self.reporter.phase(f"starting {len(names)} nodes", len(names)) as advance:
-            self.backend.start_many([self._next_config(name) for name in names])
+            # Bare images last, their scripts written for a workload start fixed just before (foreign_nodes.py).
+            bare = [n for n in names if is_bare(self.nodes[n].router)]
+            written = time.time_ns()
+            for batch in ([n for n in names if n not in bare], bare):
+                if batch is bare and with_workload:
+                    written = time.time_ns()
+                    self.workload_t0_ns = planned_workload_t0(resolved, written)
+                write_pieces(resolved, self.run_dir, self.workload_t0_ns, with_workload, batch)
+                self.backend.start_many([self._next_config(name) for name in batch])
+            self.script_slack_ns = time.time_ns() - written if self.workload_t0_ns else 0
             for name in names:
                 st = self.nodes[name]
                 st.life = replace(st.life, process=Process.RUNNING)
                 self._save_node(name)
             advance(len(names))
-        if self.caps.kernel_delay or self.caps.kernel_rate:
-            neighbours = resolved.neighbours()
-            for name in names:
-                per_peer = (
-                    {p: kernel_shape(resolved.link(name, p)) for p in neighbours[name]}
-                    if self.caps.kernel_delay else {}
-                )
-                uplink = resolved.node(name).uplink_bps if self.caps.kernel_rate else None
-                self.backend.apply_kernel_shaping(name, per_peer, uplink)
+        shape_in_kernel(self.backend, resolved, self.caps, names)
         timeout = ready_timeout if ready_timeout is not None else 30.0 + 0.3 * len(names)
         self.readiness.wait(names, timeout, self.reporter)
         self.event(RunEvent.ALL_UP, nodes=len(names))
@@ -241,6 +250,7 @@ class Controller:
         st = self.nodes[name]
         st.incarnation += 1
         seed = incarnation_seed(st.seed, st.incarnation)
+        before_start(self.run_dir, name, time.time_ns())
         return replace(self.configs[name], seed=seed, topics=tuple(sorted(st.topics)))
 
     # Workload
@@ -249,10 +259,12 @@ class Controller:
         """Publishes and churn at their times, then the linger: the fixed
         one, or with `linger: auto` until the network is quiet (at most
         until the experiment's end)."""
-        t0 = self.workload_t0_ns = time.time_ns()
+        t0, end_ns, late = workload_bounds(self.workload_t0_ns, self.script_slack_ns, time.time_ns(), resolved.end_time())
+        self.workload_t0_ns = t0
+        if late is not None:
+            self._warn(late)
         self._set_status("running", workload_t0_ns=t0)
         run_timeline(resolved, t0, self.reporter, self.publish, lambda action: self.churn(action, wait=False))
-        end_ns = t0 + round(resolved.end_time() * 1e9)
         if resolved.linger_auto:
             sleep_until(t0 + round(last_action_s(resolved) * 1e9))
             self.drain_churn()
@@ -370,7 +382,7 @@ class Controller:
         for name, st in self.nodes.items():
             if st.life.process is Process.PAUSED:
                 self.backend.resume(name)
-        self._drain()
+        drain(self.nodes, self.backend, self.reporter)
         with self.reporter.phase("stopping nodes and collecting traces", len(self.nodes)) as advance:
             for name, why in self.backend.stop_many(list(self.nodes)).items():
                 self.warnings.append(f"{name}: stop failed: {why}")
@@ -385,6 +397,9 @@ class Controller:
             except TeardownIncomplete as exc:  # the run directory is finished all the same
                 incomplete, lines = exc, exc.removed
                 self._warn(str(exc))
+        self.foreign_outputs, warnings = convert_outputs(self.run_dir, list(self.nodes))
+        for message in warnings:
+            self._warn(message)
         self._check_traces()
         self.write_manifest(final=True, lags=lags)
         self.writer.close()
@@ -392,16 +407,6 @@ class Controller:
             raise incomplete  # the record stays: a later `testbed down` retries
         self.store.remove(self.testbed)
         return lines
-
-    def _drain(self) -> None:
-        """Before the nodes stop: each LEAVEs and empties its queues, then the
-        RPCs on their way arrive (until two polls see the same counters, at
-        most DRAIN_S), so a run's traces show every RPC sent as received."""
-        names = [n for n, st in self.nodes.items() if st.reachable]
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            list(pool.map(lambda n: self.backend.control_client(n).try_call("drain", timeout=5.0), names))
-        linger_until_quiet(self.nodes, self.backend, time.time_ns() + round(DRAIN_S * 1e9), self.reporter,
-                           poll_s=DRAIN_POLL_S, title="draining: RPCs in flight arrive")
 
     def _sample_cpu(self, at: str) -> None:
         """router-cpu.json (orchestrator/router_cpu.py); failing costs the figure, never the run."""
@@ -421,6 +426,10 @@ class Controller:
         t0 = self.t0_ns or record.get("t0_ns")
         extra: dict[str, Any] = {"testbed": self.testbed, "status": "finished" if final else "up",
                                  **record.get("wire_facts", {})}
+        if self.caps is not None:
+            extra["node_facts"] = node_facts({n: st.router for n, st in self.nodes.items()}, self.caps)
+        if self.foreign_outputs:
+            extra["foreign_outputs"] = self.foreign_outputs
         isolation = self.backend.isolation()
         if isolation is not None:
             extra["isolation"] = isolation

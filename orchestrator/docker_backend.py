@@ -5,9 +5,15 @@ Decisions (docs/docker.md says the same for users):
 - Addressing: the testbed gets its own *internal* bridge network (no route to
   the outside, orchestrator/docker_network.py); every node gets a static IP
   (IPAM ipv4_address), assigned in `prepare` so initial_peers can be written
-  before any container starts. Peers on port 4001, the control endpoint on
-  port 4002 of the same IP; the host reaches both over the bridge (its
-  gateway address).
+  before any container starts. Peers on port 9000 (the gossipsub-interop
+  contract's port), the control endpoint on port 4002 of the same IP; the
+  host reaches both over the bridge (its gateway address). Every container's
+  hostname and network alias is nodeN (N its index in the experiment), as
+  the contract's `connect` resolves peers by that name.
+- Foreign routers (orchestrator/foreign.py) run their own image with its own
+  entry point, `--params /node/params.json` (+ `--config /node/config.json`
+  for our adapters); their stdout is the contract's NDJSON, kept in the
+  container's log and copied to nodes/<node>/stdout.ndjson at collect.
 - Shaping and partitions: from the host, in each container's network
   namespace (orchestrator/docker_netns.py). Containers run with every
   capability dropped, no-new-privileges, a read-only root filesystem, never
@@ -24,13 +30,13 @@ Decisions (docs/docker.md says the same for users):
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from node.config import NodeConfig
+from orchestrator import docker_collect as collect
 from orchestrator import docker_nodedir as nodedir
 from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.docker_netns import NetnsMixin
@@ -43,22 +49,25 @@ from orchestrator.docker_util import (
     LABEL_RUN,
     LABEL_STATE,
     LABEL_TESTBED,
-    cgroup_cpu_seconds,
-    cgroup_memory,
     current_state_dir,
     docker_available,
     docker_client,
     start_or_explain,
 )
-from orchestrator.errors import InputError, TestbedError
+from orchestrator.errors import BackendUnavailable, InputError, TestbedError
+from orchestrator.foreign import build_foreign_image, foreign_kind, is_foreign
+from orchestrator.foreign_nodes import PARAMS
+from orchestrator.image_base import image_or_none
 from orchestrator.state import StateStore
 
 __all__ = ["DockerBackend", "NodeResources", "docker_available"]
 
-LISTEN_PORT = 4001
+LISTEN_PORT = 9000  # the gossipsub-interop contract's port, for every container
 CONTROL_PORT = 4002
 STOP_TIMEOUT_S = 10
 DEFAULT_MEMORY = "256m"
+NODE_LOG_SIZE = "1m"  # our routers log to /node/node.log; the container log is a fallback
+FOREIGN_LOG_SIZE = "512m"  # a foreign node's container log is its stdout: every received copy
 PARALLEL = 8  # concurrent Docker API calls in the *_many helpers and cleanup
 
 
@@ -86,7 +95,7 @@ def container_name(testbed: str, node: str) -> str:
 
 class DockerBackend(NetnsMixin, Backend):
     name = "docker"
-    capabilities = Capabilities(kernel_shaping=True, netem=True, partitions=True, pause=True)
+    capabilities = Capabilities(kernel_shaping=True, netem=True, partitions=True, pause=True, images=True)
 
     def __init__(self, ctx: BackendContext) -> None:
         """Options (ctx.options): "image" (default: build or reuse the router
@@ -118,6 +127,7 @@ class DockerBackend(NetnsMixin, Backend):
         self.commands_run: list[str] = []
         self.user = nodedir.node_user()
         self._collected = False  # collect_traces ran: destroy need not inspect every container again
+        self.foreign_images: dict[str, str] = {}
 
     # ------------------------------------------------------------ addresses
 
@@ -196,7 +206,7 @@ class DockerBackend(NetnsMixin, Backend):
             self.ips[node] = config.listen_host
         container = self._container_or_none(node)
         if container is None:
-            container = self._create(node)
+            container = self._create(config)
         else:
             if container.status in ("running", "paused", "restarting"):
                 raise TestbedError(f"node {node} is already running")
@@ -214,12 +224,29 @@ class DockerBackend(NetnsMixin, Backend):
         """`start` for many nodes, a few Docker calls at a time."""
         _parallel(self.start, list(configs))
 
-    def _create(self, node: str) -> Any:
+    def _launch(self, config: NodeConfig) -> tuple[str, list[str] | None, list[str], str]:
+        """(image, entrypoint (None: the image's own), command, log size) of a node."""
+        cfg, log = nodedir.inside(nodedir.CONFIG), nodedir.inside(nodedir.LOG)
+        if not is_foreign(config.router):
+            return self.image, self.entrypoint, [cfg, log], NODE_LOG_SIZE  # type: ignore[return-value]
+        kind = foreign_kind(config.router)
+        if config.router not in self.foreign_images:
+            if kind.bare and image_or_none(self._client, kind.image) is None:  # type: ignore[arg-type]
+                raise BackendUnavailable(f"image {kind.image} is not on this machine (nothing is pulled): build it "
+                                         "first, docs/foreign-routers.md")
+            self.foreign_images[config.router] = kind.image if kind.bare else build_foreign_image(
+                config.router, reporter=self.reporter).tag
+        command = ["--params", nodedir.inside(PARAMS)] + (["--config", cfg] if kind.control else [])
+        return self.foreign_images[config.router], None, command, FOREIGN_LOG_SIZE
+
+    def _create(self, config: NodeConfig) -> Any:
+        node = config.name
         if self._network is None or self.image is None or node not in self.ips:
             raise TestbedError("DockerBackend.prepare must run before start")
         api = self._client.api
         res = self.resources.get(node, self.default_resources)
-        cfg, log = nodedir.inside(nodedir.CONFIG), nodedir.inside(nodedir.LOG)
+        image, entrypoint, command, log_size = self._launch(config)
+        alias = f"node{config.index}"
         host_config = api.create_host_config(
             binds={str(nodedir.node_dir(self.run_dir, node)): {"bind": nodedir.MOUNT, "mode": "rw"}},
             mem_limit=res.memory or self.default_resources.memory,
@@ -231,21 +258,21 @@ class DockerBackend(NetnsMixin, Backend):
             tmpfs={"/tmp": "size=16m"},
             pids_limit=512,
             network_mode=self.network_name,
-            log_config={"type": "json-file", "config": {"max-size": "1m"}},
+            log_config={"type": "json-file", "config": {"max-size": log_size}},
         )
         networking = api.create_networking_config({
-            self.network_name: api.create_endpoint_config(ipv4_address=self.ips[node]),
+            self.network_name: api.create_endpoint_config(ipv4_address=self.ips[node], aliases=[alias]),
         })
         created = api.create_container(
-            self.image,
+            image,
             name=container_name(self.testbed, node),
-            entrypoint=self.entrypoint,
-            command=[cfg, log],
+            entrypoint=entrypoint,
+            command=command,
             labels=self.labels(node),
             host_config=host_config,
             networking_config=networking,
             user=self.user.docker_user,
-            hostname=_safe(node)[:63],
+            hostname=alias,
             environment={"TESTBED_NODE": node},
         )
         return self._client.containers.get(created["Id"])
@@ -362,51 +389,18 @@ class DockerBackend(NetnsMixin, Backend):
     # ------------------------------------------------------------ collection
 
     def collect_traces(self) -> None:
-        """Traces are already on the host (bind mount). Record each container's
-        final state (exit code, OOM) next to its log."""
-        import docker.errors  # noqa: PLC0415
-
-        api = self._client.api
-
-        def record(entry: dict[str, Any]) -> None:
-            node = (entry.get("Labels") or {}).get(LABEL_NODE)
-            if not node:
-                return
-            try:
-                state = api.inspect_container(entry["Id"]).get("State", {})
-            except docker.errors.NotFound:
-                return
-            keep = {k: state.get(k) for k in ("Status", "ExitCode", "OOMKilled", "StartedAt", "FinishedAt", "Error")}
-            path = self.run_dir / "node-logs" / f"{node}.docker.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(keep, indent=1) + "\n")
-
-        _parallel(record, api.containers(all=True, filters={"label": f"{LABEL_TESTBED}={self.testbed}"}))
+        """Traces are already on the host (bind mount); the rest is gathered
+        by orchestrator.docker_collect."""
+        collect.record_containers(self._client.api, self.testbed, self.run_dir)
         self._collected = True
 
     def memory_usage(self) -> dict[str, int]:
-        """Bytes of memory each running container uses (cgroup v1 usage)."""
-        out: dict[str, int] = {}
-        for container in self._client.containers.list(filters={"label": f"{LABEL_TESTBED}={self.testbed}"}):
-            node = container.labels.get(LABEL_NODE)
-            usage = cgroup_memory(container.id)
-            if usage is None:
-                stats = container.stats(stream=False)
-                usage = int(stats.get("memory_stats", {}).get("usage", 0))
-            if node:
-                out[node] = usage
-        return out
+        return collect.memory_usage(self._client, self.testbed)
 
-    cpu_source = "cgroup cpuacct of each container"
+    cpu_source = collect.CPU_SOURCE
 
     def cpu_seconds(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        listed = self._client.api.containers(filters={"label": f"{LABEL_TESTBED}={self.testbed}"})  # one call
-        for entry in listed:
-            node, used = (entry.get("Labels") or {}).get(LABEL_NODE), cgroup_cpu_seconds(entry["Id"])
-            if node and used is not None:
-                out[node] = used
-        return out
+        return collect.cpu_seconds(self._client.api, self.testbed)
 
     def destroy(self) -> None:
         try:

@@ -1,13 +1,14 @@
 """What each router daemon is told at start (NodeConfig), from the resolved
 experiment, the addresses the backend allocated and what its kernel can
-shape: the node shapes in user space whatever the kernel cannot."""
+shape: the node shapes in user space whatever the kernel cannot, and the
+backend's kernel shapes the rest (`shape_in_kernel`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from node.config import LinkShape, NodeConfig, PeerAddress
-from orchestrator.backend import NodeAddress, ShapingCapabilities
+from orchestrator.backend import Backend, NodeAddress, ShapingCapabilities
 from orchestrator.experiment.model import LinkParams, ResolvedExperiment
 from orchestrator.peers import node_indices, peer_ids_b58
 
@@ -21,30 +22,36 @@ def user_shape(link: LinkParams, caps: ShapingCapabilities) -> LinkShape:
     return LinkShape() if caps.kernel_delay else kernel_shape(link)
 
 
+def dials(resolved: ResolvedExperiment) -> dict[str, list[str]]:
+    """Whom each node dials: each overlay edge once, by its lower name (the
+    side the simultaneous-dial rule keeps). Our routers and foreign scripts
+    (orchestrator/interop_script.py) both follow it."""
+    return {me: [p for p in peers if me < p] for me, peers in resolved.neighbours().items()}
+
+
 def build_configs(
     resolved: ResolvedExperiment, addresses: dict[str, NodeAddress], caps: ShapingCapabilities,
     token: str, run_dir: Path,
 ) -> dict[str, NodeConfig]:
-    """Every node's NodeConfig. Each overlay edge is dialled by its lower
-    name (the same side the simultaneous-dial rule keeps); trace and lag files
+    """Every node's NodeConfig. Each overlay edge is dialled as `dials` says; trace and lag files
     go straight into the run directory (a backend that runs nodes elsewhere
     rewrites these paths). Node i of the experiment has libp2p identity i;
     peers are dialled, shaped and named by their peer ids."""
     neighbours = resolved.neighbours()
+    dialled = dials(resolved)
     index = node_indices(resolved)
     peer_id = peer_ids_b58(resolved)
     configs = {}
     for spec in resolved.nodes:
         me = spec.name
         addr = addresses[me]
-        dial = [p for p in neighbours[me] if me < p]
         configs[me] = NodeConfig(
             name=me, index=index[me], router=spec.router, seed=spec.seed,
             listen_host=addr.host, listen_port=addr.port,
             control_host=addr.control_host, control_port=addr.control_port,
             token=token, trace_path=str(run_dir / "traces" / f"{me}.pb"),
             params=dict(spec.params), topics=tuple(spec.topics),
-            initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port, peer_id[p]) for p in dial),
+            initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port, peer_id[p]) for p in dialled[me]),
             shaping={peer_id[p]: user_shape(resolved.link(me, p), caps) for p in neighbours[me]},
             peer_names={peer_id[p]: p for p in neighbours[me]},
             default_shape=user_shape(resolved.default_link, caps),
@@ -53,3 +60,16 @@ def build_configs(
             security=resolved.security, authenticity=resolved.authenticity, message_id=resolved.message_id,
         )
     return configs
+
+
+def shape_in_kernel(backend: Backend, resolved: ResolvedExperiment, caps: ShapingCapabilities,
+                    names: list[str]) -> None:
+    """The kernel's half of the split `user_shape` makes: per-peer delay,
+    jitter and loss where the kernel has netem, each node's uplink where it
+    has htb/tbf."""
+    if not (caps.kernel_delay or caps.kernel_rate):
+        return
+    neighbours = resolved.neighbours()
+    for name in names:
+        per_peer = {p: kernel_shape(resolved.link(name, p)) for p in neighbours[name]} if caps.kernel_delay else {}
+        backend.apply_kernel_shaping(name, per_peer, resolved.node(name).uplink_bps if caps.kernel_rate else None)

@@ -16,11 +16,17 @@ still match, and a /proc scan catches a process spawned just before the
 record was written.
 
 Shaping: everything in user space inside the node (no per-node network
-namespace here, so no tc): kernel_delay False, kernel_rate False.
+namespace here, so no tc): kernel_delay False, kernel_rate False. So a
+foreign router (orchestrator/foreign.py: an adapter, started by the argv its
+kind gives, `--params` from its node directory run_dir/nodes/<node>/) sends
+unshaped; the manifest says so per node. Its stdout (the contract's NDJSON)
+is appended to nodes/<node>/stdout.ndjson, its stderr to node-logs/<node>.log.
+Bare images cannot run here (validated before anything starts).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -35,6 +41,8 @@ from node.runtime.client import ControlError
 from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.router_cpu import proc_cpu_seconds
+from orchestrator.foreign import is_foreign, process_argv
+from orchestrator.foreign_nodes import PARAMS, STDOUT, node_dir
 from orchestrator.state import StateStore
 
 PEER_PORT = 9000
@@ -77,7 +85,8 @@ def proc_alive(pid: int, start_time: int | None = None) -> bool:
 
 
 def _is_node_cmdline(cmdline: list[str], config_dir: Path | None = None) -> bool:
-    if "node" not in cmdline or "--config" not in cmdline:
+    """A router's (ours or a foreign adapter's): `--config` under config_dir."""
+    if "--config" not in cmdline:
         return False
     if config_dir is None:
         return True
@@ -228,12 +237,18 @@ class ProcessBackend(Backend):
         logs.mkdir(parents=True, exist_ok=True)
         Path(config.trace_path).parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "node", "--config", str(path)]
+        out_path: Path | None = None  # stdout: beside stderr in the node's log, or a foreign node's NDJSON
+        if is_foreign(config.router):
+            ndir = node_dir(self.run_dir, node)
+            cmd = [*process_argv(config.router), "--params", str(ndir / PARAMS), "--config", str(path)]
+            out_path = ndir / STDOUT
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
         env.setdefault("PYTHONUNBUFFERED", "1")
-        with open(logs / f"{node}.log", "ab") as log:
+        with open(logs / f"{node}.log", "ab") as log, (
+                open(out_path, "ab") if out_path else contextlib.nullcontext(log)) as out:
             proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=log, env=env,
                 start_new_session=True, close_fds=True,
             )
         # Recorded before anyone waits for the node: `down` must find it.

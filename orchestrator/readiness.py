@@ -2,7 +2,9 @@
 is connected to every overlay neighbour it can reach (an error naming the
 stragglers if not), then has a mesh (a warning if not). Used at `up` and
 after a node is started or reconnected, so node_up is logged when the node
-can really receive."""
+can really receive. A bare gossipsub-interop image has no control endpoint:
+its status is what its neighbours report (`observed`), and its mesh is not
+waited for (docs/foreign-routers.md, "Readiness")."""
 
 from __future__ import annotations
 
@@ -11,10 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from node.engine.registry import ROUTERS
 from node.trace_vocab import RunEvent
 from orchestrator.backend import Backend
 from orchestrator.errors import TestbedError
+from orchestrator.foreign import is_bare, router_kind
 from orchestrator.nodestate import NodeState
 from orchestrator.progress import Reporter
 
@@ -32,7 +34,29 @@ class Readiness:
         self.event = event
 
     def status(self, name: str) -> dict[str, Any] | None:
+        if is_bare(self.nodes[name].router):
+            return self.observed(name)
         return self.backend.control_client(name).try_call("status", timeout=2.0)
+
+    def observed(self, name: str) -> dict[str, Any] | None:
+        """A bare image's status as its peers see it (it has no control
+        endpoint): running, and a peer of each neighbour that reports its
+        peers. Neighbours that are bare images too cannot be asked; their
+        link counts as up once both run."""
+        if not self.backend.is_running(name):
+            return None
+        peers = []
+        for p in self.nodes[name].neighbours:
+            if p not in self.nodes:
+                continue
+            if is_bare(self.nodes[p].router):
+                if self.backend.is_running(p):
+                    peers.append(p)
+                continue
+            status = self.backend.control_client(p).try_call("status", timeout=2.0)
+            if status is not None and name in status.get("peers", []):
+                peers.append(p)
+        return {"name": name, "peers": sorted(peers), "mesh": {}, "observed": True}
 
     def expected_peers(self, name: str) -> set[str]:
         st = self.nodes[name]
@@ -46,8 +70,7 @@ class Readiness:
         st = self.nodes[name]
         if not st.mesh_low:
             return True
-        kind = ROUTERS.get(st.router)
-        any_topic = kind is not None and kind.mesh_any_topic
+        any_topic = router_kind(st.router).mesh_any_topic
         peers = set(status.get("peers", []))
         mesh = status.get("mesh", {})
         for topic in st.topics:
@@ -121,5 +144,4 @@ class Readiness:
 
 
 def _meshes(router: str) -> bool:
-    kind = ROUTERS.get(router)
-    return kind is not None and kind.meshes
+    return router_kind(router).meshes

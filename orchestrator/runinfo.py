@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from orchestrator.experiment.model import ResolvedExperiment
+from orchestrator.foreign import implementation, trace_events
 from orchestrator.peers import peer_ids_b58
 
 RESOLVED_YAML = "experiment.resolved.yaml"
@@ -39,6 +40,7 @@ def topology_dict(resolved: ResolvedExperiment) -> dict[str, Any]:
         {
             "name": n.name, "peer_id": peer_ids[n.name], "group": n.group, "router": n.router,
             "topics": list(n.topics), "region": n.region, "uplink_bps": n.uplink_bps,
+            "implementation": implementation(n.router), "trace_events": trace_events(n.router),
         }
         for n in resolved.nodes
     ]

@@ -86,7 +86,7 @@ def run_experiment(
     Whatever fails or is interrupted, the testbed is torn down."""
     ctl = Controller.create(resolved, resolved_yaml, backend_name, run_name(resolved.name), run_dir, store, reporter)
     try:
-        ctl.up(ready_timeout)
+        ctl.up(ready_timeout, with_workload=True)
         ctl.run_workload(resolved)
     except BaseException:
         try:

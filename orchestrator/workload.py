@@ -21,8 +21,10 @@ from typing import Any
 
 from node.runtime.client import ControlError
 from node.trace_vocab import RunEvent
+from node.wire import workload_data
 from orchestrator.backend import Backend
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
+from orchestrator.foreign import is_bare
 from orchestrator.nodestate import NodeState
 from orchestrator.progress import Reporter
 from orchestrator.runinfo import RunWriter
@@ -40,12 +42,18 @@ def publish(
     p: Publish, nodes: Mapping[str, NodeState], backend: Backend, writer: RunWriter, warn: Callable[[str], None]
 ) -> str | None:
     """Hand one workload message to its publisher (or, injected, to every
-    node in `via`); logs `publish` and returns the message id."""
+    node in `via`); logs `publish` and returns the message id. A bare image
+    publishes by its script (orchestrator/foreign_nodes.py): only logged."""
     live = [n for n in p.via if n in nodes and nodes[n].reachable]
     if not live:
         warn(f"message {p.seq}: no live publisher among {list(p.via)}; skipped")
         return None
     t = time.time_ns()
+    if p.publisher is not None and is_bare(nodes[p.publisher].router):  # its script publishes it
+        mid = workload_data(p.seq, 8).hex()
+        writer.event(t, RunEvent.PUBLISH, node=p.publisher, via=[p.publisher], topic=p.topic, message_id=mid,
+                     size=p.size, seq=p.seq, scripted=True)
+        return mid
     handed: list[str] = []
     mid = None
     for node in (live[:1] if p.publisher is not None else live):
@@ -100,7 +108,7 @@ def counters(nodes: Mapping[str, NodeState], backend: Backend) -> dict[str, tupl
         got = status.get("counters", {})
         return tuple(int(got.get(k, 0)) for k in QUIET_COUNTERS)
 
-    names = [n for n, st in nodes.items() if st.reachable]
+    names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]  # bare: no endpoint
     with ThreadPoolExecutor(max_workers=8) as pool:
         return dict(zip(names, pool.map(one, names), strict=True))
 
@@ -122,3 +130,19 @@ def linger_until_quiet(
             previous = now
     sleep_until(deadline_ns)
     return None
+
+
+DRAIN_S = 3.0  # at most this long for the RPCs in flight at the end of a run to arrive
+DRAIN_POLL_S = 0.3
+
+
+def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter) -> None:
+    """Before the nodes stop: each LEAVEs and empties its queues, then the
+    RPCs on their way arrive (until two polls see the same counters, at
+    most DRAIN_S), so a run's traces show every RPC sent as received. Bare
+    images have no control endpoint: their scripts end on their own."""
+    names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda n: backend.control_client(n).try_call("drain", timeout=5.0), names))
+    linger_until_quiet(nodes, backend, time.time_ns() + round(DRAIN_S * 1e9), reporter,
+                       poll_s=DRAIN_POLL_S, title="draining: RPCs in flight arrive")

@@ -42,7 +42,7 @@ def _docker_ls(kind: str, testbed: str) -> list[str]:
 def _send(backend, src: str, dst: str, nbytes: int, timeout: float = 20) -> tuple[int, float] | None:
     container = backend._container(src)
     res = container.exec_run(
-        ["python3", "-c", SEND, backend.ips[dst], "4001", str(nbytes), str(timeout)])
+        ["python3", "-c", SEND, backend.ips[dst], "9000", str(nbytes), str(timeout)])
     words = res.output.decode().split()
     if not words or words[0] == "error":
         return None
@@ -54,7 +54,7 @@ def _up(backend, nodes, peers=None):
     for node in nodes:
         backend.start(sink_config(backend, node, addresses))
     for node in nodes:
-        assert wait_for(lambda n=node: tcp_reachable(backend.ips[n], 4001)), f"{node} never listened"
+        assert wait_for(lambda n=node: tcp_reachable(backend.ips[n], 9000)), f"{node} never listened"
     return addresses
 
 
@@ -72,7 +72,7 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends):
 
     # Static, distinct addresses on the testbed's subnet, known before start.
     ips = [addresses[n].host for n in nodes]
-    assert len(set(ips)) == 3 and all(a.port == 4001 and a.control_port == 4002 for a in addresses.values())
+    assert len(set(ips)) == 3 and all(a.port == 9000 and a.control_port == 4002 for a in addresses.values())
     import ipaddress
 
     assert all(ipaddress.ip_address(ip) in ipaddress.ip_network(backend.subnet) for ip in ips)
@@ -94,15 +94,15 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends):
 
     # kill -> start
     backend.kill("n0")
-    assert not backend.is_running("n0") and not tcp_reachable(ips[0], 4001)
+    assert not backend.is_running("n0") and not tcp_reachable(ips[0], 9000)
     backend.start(sink_config(backend, "n0", addresses))
-    assert wait_for(lambda: tcp_reachable(ips[0], 4001))
+    assert wait_for(lambda: tcp_reachable(ips[0], 9000))
 
     # stop -> start (graceful)
     backend.stop("n1")
     assert backend.status("n1") == "exited"
     backend.start(sink_config(backend, "n1", addresses))
-    assert wait_for(lambda: tcp_reachable(ips[1], 4001))
+    assert wait_for(lambda: tcp_reachable(ips[1], 9000))
     assert backend._container("n1").attrs["NetworkSettings"]["Networks"][backend.network_name]["IPAddress"] == ips[1]
 
     # pause: still "running" for the backend, but frozen
@@ -114,10 +114,10 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends):
 
     # full partition: network disconnect, reconnect with the same IP
     backend.disconnect("n2")
-    assert not tcp_reachable(ips[2], 4001, timeout=0.5)
+    assert not tcp_reachable(ips[2], 9000, timeout=0.5)
     assert backend.is_running("n2")
     backend.reconnect("n2")
-    assert wait_for(lambda: tcp_reachable(ips[2], 4001))
+    assert wait_for(lambda: tcp_reachable(ips[2], 9000))
 
     backend.destroy()
     assert _docker_ls("container", backend.testbed) == []
@@ -144,7 +144,7 @@ def test_partial_partition_with_iptables(docker_backends):
     assert _send(backend, "a", "c", 100, timeout=1) is None
     backend.stop("a")
     backend.start(sink_config(backend, "a", {n: backend.address(n) for n in "abc"}))
-    assert wait_for(lambda: tcp_reachable(backend.ips["a"], 4001))
+    assert wait_for(lambda: tcp_reachable(backend.ips["a"], 9000))
     assert _send(backend, "a", "c", 100)[0] == 100
 
 
@@ -154,13 +154,13 @@ def test_fresh_process_churn_and_restart_while_disconnected(docker_backends):
     ip = backend.ips["a"]
     fresh = type(backend)(BackendContext(backend.testbed, backend.run_dir, backend.store))  # knows nothing
     fresh.disconnect("a")
-    assert not tcp_reachable(ip, 4001, timeout=0.5)
+    assert not tcp_reachable(ip, 9000, timeout=0.5)
     fresh.kill("a")
     # started again while disconnected: it comes back on the network, same IP
     again = type(backend)(BackendContext(backend.testbed, backend.run_dir, backend.store))
     again.start(sink_config(backend, "a", {n: backend.address(n) for n in "ab"}))
     assert again.ips["a"] == ip
-    assert wait_for(lambda: tcp_reachable(ip, 4001))
+    assert wait_for(lambda: tcp_reachable(ip, 9000))
 
 
 @needs_root
@@ -188,7 +188,7 @@ def test_kernel_rate_limit_slows_a_transfer(docker_backends):
     backend.apply_kernel_shaping("a", {}, 2_000_000)
     backend.kill("a")
     backend.start(sink_config(backend, "a", {n: backend.address(n) for n in "abc"}))
-    assert wait_for(lambda: tcp_reachable(backend.ips["a"], 4001))
+    assert wait_for(lambda: tcp_reachable(backend.ips["a"], 9000))
     assert "tbf" in backend.qdisc_show("a")
     limited = _send(backend, "a", "c", nbytes, timeout=30)
     assert limited is not None and 0.7 < limited[1] < 3.0, limited
@@ -226,7 +226,7 @@ def test_two_testbeds_side_by_side(docker_backends):
     type(first).cleanup(first.testbed, first.store)
     assert _docker_ls("container", first.testbed) == []
     assert len(_docker_ls("container", second.testbed)) == 2
-    assert all(wait_for(lambda ip=ip: tcp_reachable(ip, 4001)) for ip in second.ips.values())
+    assert all(wait_for(lambda ip=ip: tcp_reachable(ip, 9000)) for ip in second.ips.values())
 
 
 def test_prepare_refuses_a_live_testbed_of_the_same_name(docker_backends):

@@ -200,7 +200,7 @@ def test_a_container_touches_only_its_own_node_directory(docker_backends):
     addresses = backend.prepare(["a", "b"])
     backend.start(sink_config(backend, "a", addresses))
     backend.start(sink_config(backend, "b", addresses, peers=["a"]))
-    assert wait_for(lambda: tcp_reachable(backend.ips["b"], 4001))
+    assert wait_for(lambda: tcp_reachable(backend.ips["b"], 9000))
     container = backend._container("a")
     mounts = container.attrs["Mounts"]
     assert [(m["Source"], m["Destination"], m["RW"]) for m in mounts] == [

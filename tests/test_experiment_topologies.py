@@ -23,7 +23,7 @@ FILES = sorted((ROOT / "topologies").glob("*.yaml"))
 def test_the_expected_files_exist():
     names = {f.name for f in FILES}
     assert {"quick.yaml", "simsub-100.yaml", "simsub-1000.yaml", "churn-30.yaml", "ci-smoke.yaml",
-            "floodsub-vs-gossipsub.yaml"} <= names
+            "floodsub-vs-gossipsub.yaml", "mixed.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)

@@ -83,7 +83,9 @@ class ConnectError(RuntimeError):
 
 
 class Node:
-    def __init__(self, cfg: NodeConfig) -> None:
+    def __init__(self, cfg: NodeConfig, trace: TraceWriter | None = None) -> None:
+        """`trace`: where trace events go instead of cfg.trace_path (the
+        contract entry point's stdout, node/interop.py)."""
         self.cfg = cfg
         self.name = cfg.name
         self.identity = cfg.identity
@@ -95,7 +97,7 @@ class Node:
         self.names = {peer_id_from_b58(pid): name for pid, name in cfg.peer_names.items()}
         self.peer_ids = {name: pid for pid, name in self.names.items()}
         self.shaping = {peer_id_from_b58(pid): shape for pid, shape in cfg.shaping.items()}
-        self.trace = TraceWriter(Path(cfg.trace_path), cfg.peer_id, cfg.flush_interval_ms * 1_000_000)
+        self.trace = trace or TraceWriter(Path(cfg.trace_path), cfg.peer_id, cfg.flush_interval_ms * 1_000_000)
         self.lag = LagMeter()
         self.lag_path = Path(cfg.lag_path or cfg.trace_path + ".lag.json")
         self.uplink = Uplink(cfg.uplink_bps)
@@ -463,6 +465,12 @@ class Node:
         if expect is not None and expect in self.links:
             return self.label(expect)
         return await self._nursery.start(self._dial_loop, (host, port, expect), persistent)
+
+    def keep_connected(self, host: str, port: int, peer_id: bytes) -> None:
+        """Dial `peer_id` at host:port and redial for the node's life, as an
+        initial peer (a script's connect, node/interop.py)."""
+        assert self._nursery is not None
+        self._nursery.start_soon(self._dial_loop, (host, port, peer_id), True)
 
     def disconnect(self, peer: str) -> bool:
         peer_id = self.peer_id_for(peer)

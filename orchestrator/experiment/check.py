@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from node.engine.registry import ROUTERS
+from node.engine.authenticity import STRICT
 from node.wire import FIRST_8_BYTES
 from orchestrator.errors import InputError
 from orchestrator.experiment import values as v
@@ -27,6 +27,7 @@ from orchestrator.experiment.document import ExperimentFile, Variant, VariantGro
 from orchestrator.experiment.experiment import Experiment
 from orchestrator.experiment.parts import Group, Links, Overlay, Resources, assign_paths
 from orchestrator.experiment.yamlsrc import Path_, Source, load_yaml, parse_yaml
+from orchestrator.foreign import CONTRACT, implementation, is_bare, is_foreign, router_kind
 
 MAX_PARAM_INT = 1_000_000
 # Router parameters are typed by the router registry's dataclasses, not by the
@@ -76,6 +77,51 @@ class _Checker:
                 raise self.err((*w.path, "size"), "message_id first-8-bytes takes the id from the first 8 bytes "
                                                   f"of data: messages need at least 8 bytes, got {w.size}")
 
+    def foreign_fit(self, doc: ExperimentFile, groups: tuple[Group, ...], workloads: tuple[Workload, ...]) -> None:
+        """Foreign routers (orchestrator/foreign.py) share our message ids only
+        by the contract's first-8-bytes ids and sign strictly; they publish
+        only their own messages; a bare image has no control endpoint."""
+        foreign = [g for g in groups if is_foreign(g.router)]
+        if not foreign:
+            return
+        router_of = {n: g.router for g in groups for n in g.node_names()}
+        g = foreign[0]
+        where = (*g.path, "router")
+        for group in foreign:
+            if group.router == "py-libp2p" and doc.wire.authenticity == "anonymous":
+                raise self.err(("wire", "authenticity") if "authenticity" in doc.wire.given() else (*group.path, "router"),
+                               "py-libp2p cannot run anonymous messages (it always signs or checks from/seqno); "
+                               "use wire.authenticity: strict")
+        if doc.wire.message_id != FIRST_8_BYTES:
+            raise self.err(("wire", "message_id") if "message_id" in doc.wire.given() else where,
+                           f"group {g.name!r} runs a foreign router ({implementation(g.router)}): every node must share "
+                           "the gossipsub-interop contract's message id; set wire.message_id: first-8-bytes")
+        if doc.wire.authenticity != STRICT:
+            raise self.err(("wire", "authenticity") if "authenticity" in doc.wire.given() else where,
+                           f"group {g.name!r} runs a foreign router ({implementation(g.router)}), which signs and checks "
+                           "strictly; set wire.authenticity: strict")
+        for w in workloads:
+            if w.inject is not None:
+                for n in self.pool_names(w.publishers, w.topic):
+                    if is_foreign(router_of[n]):
+                        raise self.err((*w.path, "inject"), f"injection hands one message to several nodes, but {n} runs "
+                                       f"{implementation(router_of[n])}, which only publishes its own; "
+                                       "select publishers among our routers' nodes")
+        for e in doc.churn.timeline:
+            if e.action in ("leave", "join"):
+                for n in self.pool_names(e.select, None):
+                    if is_bare(router_of[n]):
+                        raise self.err((*e.path, "select"), f"{e.action} needs the node's control endpoint, and {n} is "
+                                       f"a bare {CONTRACT} image without one")
+
+    def pool_names(self, sel: Selector | None, topic: str | None) -> list[str]:
+        """Every node a selector can pick (None: the topic's subscribers)."""
+        if sel is None:
+            return [n for g in self.groups if topic in g.topics for n in g.node_names()]
+        if sel.nodes:
+            return list(sel.nodes)
+        return [n for g in self.groups if sel.group is None or g.name == sel.group for n in g.node_names()]
+
     def err(self, path: Path_, message: str) -> InputError:
         return self.src.error(path, message)
 
@@ -90,6 +136,7 @@ class _Checker:
         links = self.links(doc.links)
         workloads = tuple(self.workload(w, topics) for w in doc.workload)
         self.ids_fit(doc)
+        self.foreign_fit(doc, self.groups, workloads)
         churn = self.churn(doc.churn, topics, workloads, doc.duration)
         linger_auto = doc.linger == "auto"
         linger = v.LINGER_AUTO_MAX if linger_auto else float(doc.linger)
@@ -103,7 +150,7 @@ class _Checker:
             wire=doc.wire, resources=doc.resources, source=self.src, single_group_form=doc.nodes is not None,
         )
         if doc.variants is not None:
-            base = dataclasses.replace(base, variant_set=self.variants(doc.variants, base, written))  # type: ignore[arg-type]
+            base = dataclasses.replace(base, variant_set=self.variants(doc, base, written))  # type: ignore[arg-type]
         return base
 
     # -- nodes
@@ -145,12 +192,15 @@ class _Checker:
         """Every parameter of `router`, defaults filled in. `origins`: where
         each key was written, when not at path.key (a variant's parameters
         merged over its group's)."""
-        kind = ROUTERS[router]
+        kind = router_kind(router)
         fields = {f.name: f for f in dataclasses.fields(kind.params)}
         known = sorted(set(fields) - set(kind.fixed))
         where_of = {k: (*path, k) for k in value or {}} | dict(origins or {})
         values: dict[str, Any] = {}
         for key, x in (value or {}).items():
+            if key not in known and is_foreign(router) and key in kind.fixed:
+                raise self.err(where_of[key], f"{implementation(router)} cannot be given {key}: go's GossipSubParams, "
+                               f"the contract's parameters, has no counterpart (it takes: {', '.join(known)})")
             if key not in known:
                 raise self.err(where_of[key], f"unknown key; expected one of: {', '.join(known)} (the parameters of {router})")
             values[key] = self.param_value(x, str(fields[key].type), where_of[key])
@@ -318,13 +368,12 @@ class _Checker:
 
     # -- variants
 
-    def variants(self, variants: dict[str, Variant | None], base: Experiment,
-                 written: list[Group]) -> tuple[tuple[str, Experiment], ...]:
+    def variants(self, doc: ExperimentFile, base: Experiment, written: list[Group]) -> tuple[tuple[str, Experiment], ...]:
         """Each variant: the base experiment with its groups' routers, router
         parameters, name and expectations overridden; nothing else can differ."""
         out: list[tuple[str, Experiment]] = []
         names: dict[str, str] = {}
-        for vname, var in variants.items():
+        for vname, var in (doc.variants or {}).items():
             var = var or Variant()
             vpath: Path_ = ("variants", vname)
             name = var.name or f"{base.name}-{vname}"
@@ -347,6 +396,7 @@ class _Checker:
                 self.variant_group(g, w, [(var, vpath), per_group.get(g.name)])  # type: ignore[arg-type]
                 for g, w in zip(base.groups, written)
             )
+            self.foreign_fit(doc, groups, base.workloads)
             expectations = tuple(var.expectations) if var.expectations is not None else base.expectations
             out.append((vname, dataclasses.replace(
                 base, name=name, groups=groups, expectations=expectations, variant=vname, variant_set=(),

@@ -12,6 +12,7 @@ once `assign_paths` has run, so later checks can point at it.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, PrivateAttr, WithJsonSchema, model_validator
@@ -19,17 +20,45 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidat
 from node.engine.authenticity import check_combination
 from node.engine.registry import ROUTERS
 from orchestrator.experiment import values as v
+from orchestrator.foreign import ADAPTERS, CONTRACT, IMAGE_PREFIX, PARAMS_KIND, image_router
 from orchestrator.experiment.yamlsrc import Path_
 
 
 
+IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+IMAGE_KEYS = ("image", "contract")
+
+
 def _router(value: Any) -> str:
-    if not isinstance(value, str) or value not in ROUTERS:
-        raise v.problem(f"expected a router, one of: {', '.join(ROUTERS)}; got {v.describe(value)}")
+    """A router kind: one of our engines, an adapter, or a bare
+    `{image: NAME, contract: gossipsub-interop}` (kept as "image:NAME")."""
+    names = [*ROUTERS, *ADAPTERS]
+    if isinstance(value, dict):
+        for key in value:
+            if key not in IMAGE_KEYS:
+                raise v.problem(f"unknown key; expected one of: {', '.join(IMAGE_KEYS)}", key)
+        if value.get("contract") != CONTRACT:
+            raise v.problem(f"expected contract: {CONTRACT} (the only contract a bare image can follow), "
+                            f"got {v.describe(value.get('contract'))}", "contract")
+        image = value.get("image")
+        if not isinstance(image, str) or not IMAGE_RE.match(image) or len(image) > 255:
+            raise v.problem(f"expected a Docker image reference like my-go-node:latest, got {v.describe(image)}", "image")
+        return image_router(image)
+    if not isinstance(value, str) or value not in names:
+        raise v.problem(f"expected a router, one of: {', '.join(names)}, or {{image: NAME, contract: {CONTRACT}}}; "
+                        f"got {v.describe(value)}")
     return value
 
 
-RouterName = Annotated[str, PlainValidator(_router), WithJsonSchema({"enum": list(ROUTERS)})]
+def _router_out(router: str) -> Any:
+    return {"image": router[len(IMAGE_PREFIX):], "contract": CONTRACT} if router.startswith(IMAGE_PREFIX) else router
+
+
+RouterName = Annotated[str, PlainValidator(_router), PlainSerializer(_router_out), WithJsonSchema({"anyOf": [
+    {"enum": [*ROUTERS, *ADAPTERS]},
+    {"type": "object", "additionalProperties": False, "required": list(IMAGE_KEYS),
+     "properties": {"image": {"type": "string", "pattern": IMAGE_RE.pattern}, "contract": {"const": CONTRACT}}},
+]})]
 OverlayType = Literal["random", "random_regular", "explicit", "full"]
 LatencyModel = Literal["constant", "uniform", "regions"]
 
@@ -120,7 +149,9 @@ class Resources(Part):
 def router_params_schema(schema: dict[str, Any]) -> None:
     """Each router's parameters, from the router registry's dataclasses."""
     variants = []
-    for name, kind in ROUTERS.items():
+    kinds = [({"const": name}, kind) for name, kind in ROUTERS.items()]
+    kinds += [({"const": name}, PARAMS_KIND) for name in ADAPTERS] + [({"type": "object"}, PARAMS_KIND)]
+    for router, kind in kinds:
         props = {}
         for f in dataclasses.fields(kind.params):
             if f.name in kind.fixed:
@@ -129,7 +160,7 @@ def router_params_schema(schema: dict[str, Any]) -> None:
             types = [{"int": "integer", "float": "number", "bool": "boolean", "None": "null", "str": "string"}[t] for t in kinds]
             props[f.name] = {"type": types[0] if len(types) == 1 else types, "default": f.default}
         variants.append({
-            "if": {"properties": {"router": {"const": name}}, "required": ["router"]},
+            "if": {"properties": {"router": router}, "required": ["router"]},
             "then": {"properties": {"router_params": {"type": "object", "additionalProperties": False, "properties": props}}},
         })
     schema["allOf"] = variants

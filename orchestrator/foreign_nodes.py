@@ -1,0 +1,191 @@
+"""What the controller does for the foreign nodes of a real testbed (the
+routers orchestrator/foreign.py knows), beside what it does for everyone:
+
+- before the run: refuse a bare image on a backend that cannot run images,
+  and fix the workload's start (`workload_t0_ns`) when bare images publish
+  by script, since their scripts must be written before they start;
+- before each start of a foreign node: write its script (params.json) into
+  its node directory, run_dir/nodes/<node>/, compiled for the time it starts
+  (orchestrator/interop_script.py). The pieces of the script are kept there
+  too (interop.json), so a restart from another CLI process (`testbed
+  churn`) writes the script for its own start, and every script a bare node
+  was given is appended to scripts.jsonl for the converter;
+- at collect: convert each foreign node's stdout (nodes/<node>/stdout.ndjson,
+  which the backend fills) into traces/<node>.pb (node/interop_trace.py).
+
+Bare images publish by script; the controller only logs their publishes
+(orchestrator/workload.py). The scripted publish is up to 1 s late (waitUntil
+counts whole seconds) plus the container's start latency; the converter
+records it at the node's own start + waitUntil.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from node.identity import peer_id_from_b58
+from node.interop_trace import convert
+from orchestrator.backend import Backend, ShapingCapabilities
+from orchestrator.errors import InputError
+from orchestrator.experiment.model import Publish, ResolvedExperiment
+from orchestrator.foreign import CONTRACT, foreign_kind, implementation, is_bare, is_foreign, trace_events
+from orchestrator.interop_script import node_script, params_json, publish_instructions
+from orchestrator.nodeconfigs import dials
+from orchestrator.peers import peer_ids_b58
+
+PARAMS = "params.json"
+PIECES = "interop.json"
+SCRIPTS = "scripts.jsonl"
+STDOUT = "stdout.ndjson"
+LEAD_S = 10.0  # the workload starts this long after the bare images are started ...
+LEAD_PER_NODE_S = 1.0  # ... plus this per node, when bare images publish by script
+START_ALLOWANCE_S = 10.0  # a bare image's own start-up after its container started (measured up to ~10 s under load)
+
+
+def node_dir(run_dir: Path, node: str) -> Path:
+    return run_dir / "nodes" / node
+
+
+def refuse_images(resolved: ResolvedExperiment, backend: Backend) -> None:
+    """A bare image needs a backend that runs container images."""
+    if backend.capabilities.images:
+        return
+    for spec in resolved.nodes:
+        if is_bare(spec.router):
+            raise InputError(
+                f"{spec.name} runs {{image: {foreign_kind(spec.router).image}, contract: {CONTRACT}}}: the "
+                f"{backend.name} backend cannot run container images; use --backend docker")
+
+
+def scripted_publishers(resolved: ResolvedExperiment) -> set[str]:
+    return {p.publisher for p in resolved.publishes if p.publisher is not None and is_bare(resolved.node(p.publisher).router)}
+
+
+def planned_workload_t0(resolved: ResolvedExperiment, now_ns: int) -> int | None:
+    """When the workload starts, fixed before any node starts, if a bare
+    image publishes by script (None: when every node is up, as usual)."""
+    if not scripted_publishers(resolved):
+        return None
+    return now_ns + round((LEAD_S + LEAD_PER_NODE_S * len(resolved.nodes)) * 1e9)
+
+
+def workload_bounds(planned_ns: int | None, slack_ns: int, now_ns: int, end_s: float) -> tuple[int, int, str | None]:
+    """(start, end, warning) of the workload on the wall clock. Without
+    scripted publishes it starts now. With them it keeps the start their
+    scripts were written for, and ends no earlier than their last possible
+    publish could have spread: a bare image counts its waits from its own
+    start, `slack_ns` after its script was written (until its container's
+    start returned) plus its own start-up (allowed START_ALLOWANCE_S), plus
+    waitUntil's second. Nodes that came up after that start get a warning."""
+    if planned_ns is None:
+        return now_ns, now_ns + round(end_s * 1e9), None
+    end = planned_ns + slack_ns + round((end_s + 1.0 + START_ALLOWANCE_S) * 1e9)
+    if now_ns <= planned_ns:
+        return planned_ns, end, None
+    return planned_ns, end, (f"the nodes were up {(now_ns - planned_ns) / 1e9:.1f} s after the workload's fixed start: "
+                             "bare images' scripted publishes may have gone out before every node was connected")
+
+
+def write_pieces(resolved: ResolvedExperiment, run_dir: Path, workload_t0_ns: int | None, with_workload: bool,
+                 nodes: list[str]) -> None:
+    """The script pieces (interop.json) of the foreign ones of `nodes`: the
+    instructions every start runs and, for a bare image with a workload,
+    its publishes."""
+    dialled = dials(resolved)
+    peer_id = peer_ids_b58(resolved)
+    for spec in map(resolved.node, nodes):
+        if not is_foreign(spec.router):
+            continue
+        publishes = [
+            {"at": p.at, "seq": p.seq, "size": p.size, "topic": p.topic}
+            for p in resolved.publishes if p.publisher == spec.name
+        ] if with_workload and is_bare(spec.router) else []
+        pieces = {"router": spec.router, "peer_id": peer_id[spec.name], "base": node_script(resolved, spec.name, dialled),
+                  "publishes": publishes, "workload_t0_ns": workload_t0_ns}
+        d = node_dir(run_dir, spec.name)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / PIECES).write_text(json.dumps(pieces, indent=1))
+
+
+def before_start(run_dir: Path, node: str, now_ns: int) -> None:
+    """Write a foreign node's params.json for a start now (nothing for ours)."""
+    d = node_dir(run_dir, node)
+    if not (d / PIECES).is_file():
+        return
+    pieces = json.loads((d / PIECES).read_text())
+    script = list(pieces["base"])
+    t0 = pieces.get("workload_t0_ns")
+    if pieces["publishes"] and t0 is not None:
+        start_s = (now_ns - t0) / 1e9
+        script += publish_instructions([_publish(p) for p in pieces["publishes"] if p["at"] > start_s], start_s)
+    (d / PARAMS).write_text(params_json(script))
+    os.chmod(d / PARAMS, 0o644)
+    if is_bare(pieces["router"]):
+        with open(d / SCRIPTS, "a") as f:
+            f.write(json.dumps(script) + "\n")
+
+
+def _publish(p: Mapping[str, Any]) -> Publish:
+    return Publish(seq=p["seq"], at=p["at"], topic=p["topic"], size=p["size"], publisher=None, via=())
+
+
+def convert_outputs(run_dir: Path, nodes: list[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """stdout.ndjson -> traces/<node>.pb for every foreign node; returns each
+    one's conversion figures and the warnings for the report."""
+    figures: dict[str, dict[str, Any]] = {}
+    warnings: list[str] = []
+    for node in nodes:
+        d = node_dir(run_dir, node)
+        if not (d / PIECES).is_file():
+            continue
+        pieces = json.loads((d / PIECES).read_text())
+        out = d / STDOUT
+        lines = out.read_text(errors="replace").splitlines() if out.is_file() else []
+        scripts = [json.loads(s) for s in (d / SCRIPTS).read_text().splitlines()] if (d / SCRIPTS).is_file() else []
+        trace = run_dir / "traces" / f"{node}.pb"
+        if trace.is_symlink():
+            trace.unlink()
+        result = convert(lines, trace, peer_id_from_b58(pieces["peer_id"]), scripts)
+        figures[node] = result.to_dict()
+        if not lines:
+            warnings.append(f"{node} ({implementation(pieces['router'])}) printed nothing on stdout: no trace")
+        if result.garbage:
+            warnings.append(f"{node}: {result.garbage} stdout line(s) were not contract NDJSON and were ignored "
+                            f"(first: {result.garbage_samples[0]!r})")
+    return figures, warnings
+
+
+def link_shaping(router: str, caps: ShapingCapabilities) -> str:
+    """How a node's links are shaped: the kernel's tc for every container
+    alike; our user-space shaper only inside our routers; a foreign node's
+    own sending is unshaped where the kernel cannot (its peers' shapers still
+    delay what they send to it)."""
+    if caps.kernel_delay:
+        return "kernel tc"
+    return "unshaped" if is_foreign(router) else "our user-space shaper"
+
+
+def unshaped_warning(resolved: ResolvedExperiment, caps: ShapingCapabilities) -> str | None:
+    """The honest word when foreign nodes' links ask for what nobody shapes."""
+    if caps.kernel_delay:
+        return None
+    foreign = {s.name for s in resolved.nodes if is_foreign(s.router)}
+    shaped = [f"{a}-{b}" for a, b in resolved.edges if {a, b} & foreign and _shaped(resolved.link(a, b))]
+    if not shaped:
+        return None
+    return (f"{len(shaped)} link(s) of foreign nodes ask for latency/jitter/loss, but {caps.path} shaping runs only "
+            f"inside our routers: what foreign nodes send is unshaped (e.g. {', '.join(shaped[:3])})")
+
+
+def _shaped(link: Any) -> bool:
+    return bool(link.latency_ms or link.jitter_ms or link.loss)
+
+
+def node_facts(resolved_nodes: Mapping[str, str], caps: ShapingCapabilities) -> dict[str, dict[str, Any]]:
+    """manifest.json's per-node implementation and link shaping (name -> router)."""
+    return {n: {"implementation": implementation(r), "links_shaped_by": link_shaping(r, caps),
+                "trace_events": trace_events(r)} for n, r in resolved_nodes.items()}

@@ -1,0 +1,246 @@
+"""Foreign routers without Docker: what `testbed validate` and `testbed sim`
+refuse (console script, exit 2), the script compiler on golden cases, the
+one mapping to go's parameter names, and the NDJSON -> trace converter on
+good lines, duplicates, restarts and garbage."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from node.go_params import from_go, go_gossipsub_params
+from node.identity import identity_for_index
+from node.interop import NdjsonTrace, hostname_index, rfc3339
+from node.interop_trace import convert, message_id_bytes, parse_time
+from node.tracefile import read_trace
+from node.trace_vocab import TraceType
+from orchestrator.experiment.spec import load_experiment
+from orchestrator.foreign import implementation, trace_events
+from orchestrator.interop_script import node_script, publish_instructions, wait_seconds
+from orchestrator.nodeconfigs import dials
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTBED = str(ROOT / ".venv" / "bin" / "testbed")
+
+MIXED = """\
+name: mixed
+seed: 3
+groups:
+  - {name: ours, count: 3, router: gossipsub, router_params: {D: 2, D_low: 1, D_high: 4}}
+  - name: bare
+    count: 2
+    router: {image: "example/go-node:1", contract: gossipsub-interop}
+    router_params: {D: 2, D_low: 1, D_high: 4, heartbeat_interval: 0.7}
+overlay: {type: explicit, edges: [[ours-0, bare-0], [bare-0, bare-1], [ours-1, bare-1], [ours-0, ours-2]]}
+wire: {message_id: first-8-bytes}
+workload: {messages: 3, interval: 0.4s, size: 32, start: 1.3s, publishers: {nodes: [bare-1]}}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "x.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def run_testbed(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([TESTBED, *argv], capture_output=True, text=True, timeout=300)
+
+
+def test_the_mixed_file_is_valid(tmp_path):
+    proc = run_testbed("validate", str(write(tmp_path, MIXED)))
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("old, new, where, words", [
+    ("wire: {message_id: first-8-bytes}", "wire: {}", "x.yaml:7: groups[1].router:",
+     "set wire.message_id: first-8-bytes"),
+    ("message_id: first-8-bytes}", "message_id: first-8-bytes, authenticity: author}", "x.yaml:10: wire.authenticity:",
+     "signs and checks strictly"),
+    ("publishers: {nodes: [bare-1]}", "inject: 2", "x.yaml:11: workload.inject:", "only publishes its own"),
+    ("heartbeat_interval: 0.7}", "seen_ttl: 30}", "x.yaml:8: groups[1].router_params.seen_ttl:", "go's GossipSubParams"),
+    ("contract: gossipsub-interop}", "contract: other}", "x.yaml:7: groups[1].router.contract:",
+     "expected contract: gossipsub-interop"),
+])
+def test_validate_refuses_what_cannot_combine(tmp_path, old, new, where, words):
+    assert old in MIXED
+    proc = run_testbed("validate", str(write(tmp_path, MIXED.replace(old, new))))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert where in proc.stderr and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_py_libp2p_cannot_run_anonymous(tmp_path):
+    text = MIXED.replace('{image: "example/go-node:1", contract: gossipsub-interop}', "py-libp2p").replace(
+        "wire: {message_id: first-8-bytes}", "wire: {message_id: first-8-bytes, authenticity: anonymous}")
+    proc = run_testbed("validate", str(write(tmp_path, text)))
+    assert proc.returncode == 2 and "py-libp2p cannot run anonymous messages" in proc.stderr, proc.stderr
+
+
+def test_sim_and_leave_join_refused(tmp_path):
+    path = write(tmp_path, MIXED)
+    proc = run_testbed("sim", str(path), "--out", str(tmp_path / "run"))
+    assert proc.returncode == 2 and "the simulator cannot run foreign routers: bare-0" in proc.stderr, proc.stderr
+    assert not (tmp_path / "run").exists()
+    churn = MIXED + "churn: {timeline: [{at: 1s, action: leave, select: {nodes: [bare-0]}}]}\n"
+    proc = run_testbed("validate", str(write(tmp_path, churn)))
+    assert proc.returncode == 2 and "leave needs the node's control endpoint" in proc.stderr, proc.stderr
+
+
+def test_bare_image_refused_on_the_process_backend(tmp_path):
+    env = {**os.environ, "TESTBED_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.run([TESTBED, "run", str(write(tmp_path, MIXED)), "--backend", "process", "--out",
+                           str(tmp_path / "run")], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot run container images; use --backend docker" in proc.stderr
+    assert not (tmp_path / "run" / "traces").exists()
+
+
+def test_schema_and_resolved_file_keep_the_image_mapping(tmp_path):
+    exp = load_experiment(write(tmp_path, MIXED))
+    bare = exp.groups[1]
+    assert bare.router == "image:example/go-node:1"
+    assert bare.dump()["router"] == {"image": "example/go-node:1", "contract": "gossipsub-interop"}
+    assert implementation(bare.router) == "image:example/go-node:1"
+    assert trace_events(bare.router) == ["DELIVER_MESSAGE", "DUPLICATE_MESSAGE", "JOIN", "PUBLISH_MESSAGE"]
+    assert trace_events("gossipsub") is None and implementation("gossipsub") == "gossip-testbed"
+
+
+def test_go_names_and_back():
+    go = go_gossipsub_params({"D": 5, "D_low": 3, "D_high": 9, "D_lazy": None, "heartbeat_interval": 0.7,
+                              "heartbeat_initial_delay": 0.1, "fanout_ttl": 60.0, "mcache_len": 5,
+                              "mcache_gossip": 3, "seen_ttl": 120.0})
+    assert go == {"D": 5, "Dlo": 3, "Dhi": 9, "Dlazy": 5, "HistoryLength": 5, "HistoryGossip": 3,
+                  "HeartbeatInitialDelay": 100_000_000, "HeartbeatInterval": 700_000_000,
+                  "FanoutTTL": 60_000_000_000}
+    assert from_go({**go, "GossipFactor": 0.25}) == {
+        "D": 5, "D_low": 3, "D_high": 9, "D_lazy": 5, "mcache_len": 5, "mcache_gossip": 3,
+        "heartbeat_initial_delay": 0.1, "heartbeat_interval": 0.7, "fanout_ttl": 60.0}
+
+
+def test_script_golden(tmp_path):
+    resolved = load_experiment(write(tmp_path, MIXED)).resolve(3)
+    dialled = dials(resolved)
+    # each edge once, dialled by its lower name
+    assert dialled["bare-0"] == ["bare-1", "ours-0"] and dialled["bare-1"] == ["ours-1"] and dialled["ours-0"] == ["ours-2"]
+    init = {"type": "initGossipSub", "gossipSubParams": {
+        "D": 2, "Dlo": 1, "Dhi": 4, "Dlazy": 2, "HistoryLength": 5, "HistoryGossip": 3,
+        "HeartbeatInitialDelay": 100_000_000, "HeartbeatInterval": 700_000_000, "FanoutTTL": 60_000_000_000}}
+    # node indices: ours-0..2 = 0..2, bare-0 = 3, bare-1 = 4
+    assert node_script(resolved, "bare-0", dialled) == [
+        init, {"type": "subscribeToTopic", "topicID": "t"}, {"type": "connect", "connectTo": [4, 0]}]
+    # started 10.2 s before the workload: messages at 1.3, 1.7, 2.1 s wait 12, 12 and 13 s
+    assert node_script(resolved, "bare-1", dialled, start_s=-10.2)[2:] == [
+        {"type": "connect", "connectTo": [1]},
+        {"type": "waitUntil", "elapsedSeconds": 12},
+        {"type": "publish", "messageID": 0, "messageSizeBytes": 32, "topicID": "t"},
+        {"type": "publish", "messageID": 1, "messageSizeBytes": 32, "topicID": "t"},
+        {"type": "waitUntil", "elapsedSeconds": 13},
+        {"type": "publish", "messageID": 2, "messageSizeBytes": 32, "topicID": "t"},
+    ]
+    # restarted at t=1.5 s: message 0 is past and dropped, never re-published
+    restarted = node_script(resolved, "bare-1", dialled, start_s=1.5)
+    assert [i["messageID"] for i in restarted if i["type"] == "publish"] == [1, 2]
+    assert [i["elapsedSeconds"] for i in restarted if i["type"] == "waitUntil"] == [1]
+    assert wait_seconds(3.0, 1.0) == 2 and wait_seconds(0.5, 1.0) == 0 and publish_instructions([], 0.0) == []
+
+
+def lines_for(*rows: tuple[str, str, dict]) -> list[str]:
+    return [json.dumps({"time": t, "msg": msg, **fields}) for t, msg, fields in rows]
+
+
+def test_converter_contract_lines_duplicates_and_garbage(tmp_path):
+    me, a, b = (identity_for_index(i).peer_id_b58 for i in (3, 0, 1))
+    lines = lines_for(
+        ("2026-01-02T03:04:05.000000001Z", "PeerID", {"id": me, "node_id": 3}),
+        ("2026-01-02T03:04:06.5Z", "Received Message", {"id": "7", "from": a, "topic": "t"}),
+        ("2026-01-02T03:04:06.6+00:00", "Received Message", {"id": "7", "from": b, "topic": "t"}),
+        ("2026-01-02T03:04:07Z", "Received Message", {"id": 8, "from": b, "topic": "t"}),
+        ("2026-01-02T03:04:07Z", "Something Else", {}),
+    ) + ["not json", '{"msg": "Received Message"}', json.dumps(
+        {"time": "2026-01-02T03:04:08Z", "msg": "Received Message", "id": "x", "from": a, "topic": "t"})]
+    script = [{"type": "subscribeToTopic", "topicID": "t"}, {"type": "waitUntil", "elapsedSeconds": 2},
+              {"type": "publish", "messageID": 9, "messageSizeBytes": 20, "topicID": "t"}]
+    out = tmp_path / "trace.pb"
+    result = convert(lines, out, identity_for_index(3).peer_id, [script])
+    assert result.garbage == 3 and result.unknown == {"Something Else": 1} and result.starts == 1
+    assert result.garbage_samples[0] == "not json"
+    evs = list(read_trace(out))
+    start = parse_time("2026-01-02T03:04:05.000000001Z")
+    got = [(TraceType(e.type).name, e.timestamp - start) for e in evs]
+    assert got == [("JOIN", 0), ("DELIVER_MESSAGE", 1_499_999_999), ("DUPLICATE_MESSAGE", 1_599_999_999),
+                   ("DELIVER_MESSAGE", 1_999_999_999), ("PUBLISH_MESSAGE", 2_000_000_000),
+                   ("DELIVER_MESSAGE", 2_000_000_000)]
+    assert evs[1].deliverMessage.messageID == message_id_bytes("7") == (7).to_bytes(8, "big")
+    assert evs[1].deliverMessage.receivedFrom == identity_for_index(0).peer_id
+    assert evs[2].duplicateMessage.receivedFrom == identity_for_index(1).peer_id
+    assert evs[5].deliverMessage.receivedFrom == identity_for_index(3).peer_id  # its own publish
+    assert all(e.peerID == identity_for_index(3).peer_id for e in evs)
+
+
+def test_converter_extension_lines_and_restart(tmp_path):
+    """What our contract entry point prints (NdjsonTrace) converts back:
+    extension lines win over the script, the seen set starts again at each
+    PeerID (a restart), RPC sizes survive."""
+    from io import StringIO
+
+    from node.engine.api import TraceEvent
+    from node.wire import Rpc
+
+    me, peer = identity_for_index(2), identity_for_index(5)
+    buf = StringIO()
+    nd = NdjsonTrace(buf, me.peer_id)
+    mid = (4).to_bytes(8, "big")
+    for t0 in (1_000_000_000, 9_000_000_000):
+        nd.line(t0, "PeerID", id=me.peer_id_b58, node_id=2)
+        nd.write([TraceEvent(TraceType.JOIN, t0 + 1, topic="t"),
+                  TraceEvent(TraceType.ADD_PEER, t0 + 2, peer=peer.peer_id, protocol="/meshsub/1.1.0"),
+                  TraceEvent(TraceType.RECV_RPC, t0 + 3, peer=peer.peer_id, rpc=Rpc()),
+                  TraceEvent(TraceType.DELIVER_MESSAGE, t0 + 4, mid, "t", peer=peer.peer_id),
+                  TraceEvent(TraceType.DUPLICATE_MESSAGE, t0 + 5, mid, "t", peer=peer.peer_id),
+                  TraceEvent(TraceType.GRAFT, t0 + 6, topic="t", peer=peer.peer_id),
+                  TraceEvent(TraceType.PUBLISH_MESSAGE, t0 + 7, (5).to_bytes(8, "big"), "t"),
+                  TraceEvent(TraceType.DELIVER_MESSAGE, t0 + 7, (5).to_bytes(8, "big"), "t", peer=me.peer_id)], t0)
+    lines = buf.getvalue().splitlines()
+    assert json.loads(lines[0])["time"] == rfc3339(1_000_000_000) == "1970-01-01T00:00:01.000000000Z"
+    script = [{"type": "subscribeToTopic", "topicID": "t"}]
+    result = convert(lines, tmp_path / "t.pb", me.peer_id, [script, script])
+    assert result.garbage == 0 and result.starts == 2 and result.unknown == {}
+    kinds = [TraceType(e.type).name for e in read_trace(tmp_path / "t.pb")]
+    one = ["JOIN", "ADD_PEER", "RECV_RPC", "DELIVER_MESSAGE", "DUPLICATE_MESSAGE", "GRAFT",
+           "PUBLISH_MESSAGE", "DELIVER_MESSAGE"]
+    assert kinds == one + one  # the JOIN is the node's own line, not the script's; the seen set restarts
+
+
+def test_hostname_gives_the_index():
+    assert hostname_index("node12") == 12
+    with pytest.raises(ValueError, match="nodeN"):
+        hostname_index("n12")
+
+
+def test_converter_takes_the_bare_minimum_of_the_contract(tmp_path):
+    """`from` and `topic` are only a SHOULD: without them a copy still
+    counts, on the script's one topic; go's zone offsets parse."""
+    me = identity_for_index(1).peer_id_b58
+    lines = lines_for(("1999-12-31T16:08:12.4030048-08:00", "PeerID", {"id": me, "node_id": 1}),
+                      ("1999-12-31T16:08:13.4030048-08:00", "Received Message", {"id": "31", "level": "INFO"}))
+    result = convert(lines, tmp_path / "t.pb", identity_for_index(1).peer_id, [[{"type": "subscribeToTopic", "topicID": "x"}]])
+    assert result.garbage == 0
+    deliver = [e for e in read_trace(tmp_path / "t.pb") if e.type == TraceType.DELIVER_MESSAGE][0]
+    assert deliver.deliverMessage.topic == "x" and deliver.deliverMessage.receivedFrom == b""
+    assert deliver.timestamp == parse_time("2000-01-01T00:08:13.403004800Z")
+
+
+def test_workload_bounds_keep_the_scripts_start():
+    from orchestrator.foreign_nodes import workload_bounds
+
+    s = 1_000_000_000
+    assert workload_bounds(None, 0, 50 * s, 8.0) == (50 * s, 58 * s, None)
+    # + start slack + the node's own start-up + waitUntil's second
+    assert workload_bounds(60 * s, 2 * s, 50 * s, 8.0) == (60 * s, 81 * s, None)
+    t0, end, late = workload_bounds(60 * s, 2 * s, 63 * s, 8.0)
+    assert (t0, end) == (60 * s, 81 * s) and "up 3.0 s after the workload's fixed start" in late
