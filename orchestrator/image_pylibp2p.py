@@ -10,8 +10,10 @@ host with `pip install --target` (wheels for CPython 3.11 manylinux, the few
 sdist-only packages such as fastecdsa built here, on a host whose Python is
 3.11 like the base's), so `docker build` needs no network. The tag hashes
 everything that goes in (Dockerfile, base id, lock, adapter sources), so a
-rebuild with nothing changed is a tag lookup. A RUN step imports py-libp2p
-in the image, so wheels the base cannot load fail the build, not a run.
+rebuild with nothing changed is a tag lookup, and the adapter is the last
+layer, so a changed adapter reuses Docker's cached dependency layers. A RUN
+step imports py-libp2p in the image, so wheels the base cannot load fail the
+build, not a run.
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ VENV = REPO_ROOT / ".venv-pylibp2p"
 
 DOCKERFILE = """\
 FROM {base}
-COPY opt /opt
 ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
     PYTHONPATH=/opt/pylibp2p/site-packages \\
     PYTHONUNBUFFERED=1 \\
     PYTHONDONTWRITEBYTECODE=1
-RUN python3 -m compileall -q -j 0 /opt/pylibp2p >/dev/null \\
+COPY site-packages /opt/pylibp2p/site-packages
+RUN python3 -m compileall -q -j 0 /opt/pylibp2p/site-packages >/dev/null \\
  && python3 -c "import libp2p.pubsub.gossipsub, fastecdsa, google.protobuf"
+COPY adapter /opt/pylibp2p/adapter
 ENTRYPOINT ["python3", "/opt/pylibp2p/adapter/adapter.py"]
 LABEL gossip-testbed=1 gossip-testbed.base={base_ref} gossip-testbed.router=py-libp2p
 """
@@ -130,11 +133,10 @@ def _docker_build(client: Any, dockerfile: str, site: Path, tag: str, reporter: 
     with tempfile.TemporaryDirectory(prefix="gtb-pylibp2p-", dir=cache_dir()) as tmp:
         ctx = Path(tmp)
         (ctx / "Dockerfile").write_text(dockerfile)
-        opt = ctx / "opt" / "pylibp2p"
-        shutil.copytree(site, opt / "site-packages", ignore=shutil.ignore_patterns(".complete"))
-        (opt / "adapter").mkdir(parents=True)
+        shutil.copytree(site, ctx / "site-packages", ignore=shutil.ignore_patterns(".complete"))
+        (ctx / "adapter").mkdir()
         for path in _adapter_files():
-            shutil.copy2(path, opt / "adapter" / path.name)
+            shutil.copy2(path, ctx / "adapter" / path.name)
         error, log = None, []
         try:
             for chunk in client.api.build(path=str(ctx), tag=tag, rm=True, forcerm=True, pull=False, decode=True):

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -38,11 +36,8 @@ from orchestrator.backend import BackendContext
 from orchestrator.nodeconfigs import build_configs
 from orchestrator.process_backend import ProcessBackend
 from orchestrator.state import StateStore
+from tests.pylibp2p_helpers import ADAPTER, PY, START_S, free_port, pylibp2p_missing, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-PY_VENV = Path(os.environ.get("PYLIBP2P_VENV", ROOT / ".venv-pylibp2p"))
-PY = PY_VENV / "bin" / "python"
-ADAPTER = ROOT / "adapters" / "py-libp2p" / "adapter.py"
 TOKEN = "interop"
 ROUTERS = 4
 TOPIC = "t"
@@ -54,19 +49,9 @@ HEARTBEAT_NS = 300_000_000
 # B messages can only travel as IHAVE then IWANT, both ways.
 RING = {"D": 3, "D_low": 3, "D_high": 4, "heartbeat_interval": 0.3}
 CONTENT = {"D": 2, "D_low": 2, "D_high": 2, "heartbeat_interval": 0.3}
-START_S = 180.0  # importing py-libp2p on a loaded shared box can take a minute
 
 
-def _pylibp2p_missing() -> str | None:
-    if not PY.exists():
-        return f"no py-libp2p virtualenv at {PY_VENV} (make it with scripts/pylibp2p-venv.sh)"
-    probe = subprocess.run([str(PY), "-c", "import libp2p"], capture_output=True, text=True)
-    if probe.returncode:
-        return f"py-libp2p does not import in {PY_VENV}: {probe.stderr.strip().splitlines()[-1:]}"
-    return None
-
-
-MISSING = _pylibp2p_missing()
+MISSING = pylibp2p_missing()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
 
 
@@ -89,8 +74,8 @@ class PyHost:
     def __init__(self, index: int, security: str, dial: list[NodeConfig], degree: int, run_dir: Path) -> None:
         self.peer_id = identity_for_index(index).peer_id
         cfg = NodeConfig(
-            name=f"py{index}", router="py-libp2p", seed=index, listen_host="127.0.0.1", listen_port=_free_port(),
-            control_host="127.0.0.1", control_port=_free_port(), token=TOKEN, trace_path="", index=index,
+            name=f"py{index}", router="py-libp2p", seed=index, listen_host="127.0.0.1", listen_port=free_port(),
+            control_host="127.0.0.1", control_port=free_port(), token=TOKEN, trace_path="", index=index,
             topics=(TOPIC,), security=security, message_id="first-8-bytes",
             initial_peers=tuple(PeerAddress(c.name, c.listen_host, c.listen_port, c.identity.peer_id_b58) for c in dial),
             peer_names={c.identity.peer_id_b58: c.name for c in dial},
@@ -128,19 +113,6 @@ class PyHost:
                 self.proc.wait()
 
 
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("security", ["noise", "plaintext"])
 def test_pylibp2p_hosts_in_a_testbed_of_our_routers(tmp_path, monkeypatch, security):
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
@@ -161,12 +133,12 @@ def test_pylibp2p_hosts_in_a_testbed_of_our_routers(tmp_path, monkeypatch, secur
         for cfg in configs.values():
             backend.start(cfg)
         clients = {n: ControlClient(c.control_host, c.control_port, TOKEN) for n, c in configs.items()}
-        _wait(lambda: all(c.try_call("status") for c in clients.values()), 20, "our routers")
+        wait_for(lambda: all(c.try_call("status") for c in clients.values()), 20, "our routers")
         hosts = [
             PyHost(ROUTERS, security, [configs[n] for n in ("n1", "n2", "n3")], 1, run_dir),
             PyHost(ROUTERS + 1, security, [configs["n0"]], 0, run_dir),
         ]
-        _wait(lambda: all(h.client.try_call("status") for h in hosts), START_S, "the py-libp2p hosts")
+        wait_for(lambda: all(h.client.try_call("status") for h in hosts), START_S, "the py-libp2p hosts")
         py_ids = {h.peer_id for h in hosts}
         py_labels = {identity_for_index(ROUTERS + i).peer_id_b58 for i in range(2)}
 
@@ -174,7 +146,7 @@ def test_pylibp2p_hosts_in_a_testbed_of_our_routers(tmp_path, monkeypatch, secur
             statuses = [c.call("status") for c in clients.values()]
             return all(st["mesh"].get(TOPIC) for st in statuses) and bool(hosts[0].client.call("status")["mesh"].get(TOPIC))
 
-        _wait(meshed, 30, "every router and host A to have a mesh")
+        wait_for(meshed, 30, "every router and host A to have a mesh")
         assert py_labels <= {p for c in clients.values() for p in c.call("status")["peers"]}
 
         # Publish on both sides; every subscriber on both sides gets every message.
@@ -191,12 +163,12 @@ def test_pylibp2p_hosts_in_a_testbed_of_our_routers(tmp_path, monkeypatch, secur
             counts = {n: c.call("status")["counters"]["delivered"] for n, c in clients.items()}
             return py_ok and counts["n1"] >= 3 and all(v >= 6 for n, v in counts.items() if n != "n1")
 
-        _wait(everyone_has_everything, 30, "every message at every subscriber")
+        wait_for(everyone_has_everything, 30, "every message at every subscriber")
 
         # A host that disconnects is pruned here.
         hosts[0].stop()
         gone = identity_for_index(ROUTERS).peer_id_b58
-        _wait(lambda: all(gone not in c.call("status")["peers"]
+        wait_for(lambda: all(gone not in c.call("status")["peers"]
                           and gone not in c.call("status")["mesh"].get(TOPIC, []) for c in clients.values()),
               10, "the disconnected host to leave every mesh")
     finally:

@@ -40,33 +40,21 @@ from orchestrator.experiment.model import LinkParams, NodeSpec, ResolvedExperime
 from orchestrator.nodeconfigs import build_configs
 from orchestrator.process_backend import ProcessBackend
 from orchestrator.state import StateStore
+from tests.pylibp2p_helpers import ADAPTER_DIR, PY, START_S, pylibp2p_missing, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-ADAPTER_DIR = ROOT / "adapters" / "py-libp2p"
-PY = Path(os.environ.get("PYLIBP2P_VENV", ROOT / ".venv-pylibp2p")) / "bin" / "python"
 TOKEN = "pyadapt"
 TOPIC = "t"
 OURS = ("n0", "n1")
 THEIRS = ("p2", "p3")
 HEARTBEAT_NS = 300_000_000
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)$")
-START_S = 180.0  # the box is shared and loaded: importing py-libp2p alone can take a minute
 
 sys.path.insert(0, str(ADAPTER_DIR))
 import contract  # noqa: E402 - stdlib only, so the project's tests can check it against node/
 import script  # noqa: E402
 
 
-def _missing() -> str | None:
-    if not PY.exists():
-        return f"no py-libp2p virtualenv at {PY.parent.parent} (make it with scripts/pylibp2p-venv.sh)"
-    probe = subprocess.run([str(PY), "-c", "import libp2p"], capture_output=True, text=True)
-    if probe.returncode:
-        return f"py-libp2p does not import with {PY}: {probe.stderr.strip().splitlines()[-1:]}"
-    return None
-
-
-MISSING = _missing()
+MISSING = pylibp2p_missing()
 needs_pylibp2p = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 
@@ -198,13 +186,6 @@ def identity_index(b58: str) -> int:
     return next(i for i in range(16) if identity_for_index(i).peer_id_b58 == b58)
 
 
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 @dataclasses.dataclass
 class Ring:
     ours: dict[str, ControlClient]
@@ -238,7 +219,7 @@ def ring(tmp_path_factory):
             theirs[name] = Adapter(configs[name], run_dir)
         ring = Ring({n: ControlClient(configs[n].control_host, configs[n].control_port, TOKEN) for n in OURS},
                     theirs, run_dir, backend)
-        _wait(lambda: all(c.try_call("status") for c in ring.ours.values())
+        wait_for(lambda: all(c.try_call("status") for c in ring.ours.values())
               and all(a.client.try_call("status") for a in theirs.values()), START_S, "every node to answer")
         yield ring
     finally:
@@ -254,7 +235,7 @@ NEIGHBOURS = {"n0": {"n1", "p3"}, "n1": {"n0", "p2"}, "p2": {"n1", "p3"}, "p3": 
 
 
 def _meshed(ring: Ring) -> None:
-    _wait(lambda: all(set(ring.status(n)["mesh"].get(TOPIC, [])) == NEIGHBOURS[n] for n in NEIGHBOURS), 60,
+    wait_for(lambda: all(set(ring.status(n)["mesh"].get(TOPIC, [])) == NEIGHBOURS[n] for n in NEIGHBOURS), 60,
           "every node to mesh with both ring neighbours")
 
 
@@ -265,7 +246,7 @@ def delivered(ring) -> Ring:
     ours = ring.ours["n0"].call("publish", topic=TOPIC, size=200, seq=11)
     theirs = ring.theirs["p2"].client.call("publish", topic=TOPIC, size=300, seq=12)
     assert ours["message_id"] == "000000000000000b" and theirs["message_id"] == "000000000000000c"
-    _wait(lambda: all(a.received("11") for a in ring.theirs.values()) and ring.theirs["p3"].received("12")
+    wait_for(lambda: all(a.received("11") for a in ring.theirs.values()) and ring.theirs["p3"].received("12")
           and all(ring.status(n)["counters"]["delivered"] >= 1 for n in OURS), 30,
           "both messages at every other node")
     return ring
@@ -284,7 +265,7 @@ def test_mesh_both_ways(ring):
 def test_delivery_both_ways_with_duplicates_logged(delivered):
     ring = delivered
     # The far side of the ring hears message 11 twice, and says so every time.
-    _wait(lambda: len(ring.theirs["p2"].received("11")) >= 2, 10, "p2's second copy of message 11")
+    wait_for(lambda: len(ring.theirs["p2"].received("11")) >= 2, 10, "p2's second copy of message 11")
     p2 = ring.status("p2")["counters"]
     assert p2["duplicates"] >= 1 and p2["delivered"] >= 1 and p2["published"] == 1
     assert {x["from"] for x in ring.theirs["p2"].received("11")} == {identity_for_index(1).peer_id_b58,
@@ -352,7 +333,7 @@ def test_garbage_from_a_peer_drops_that_peer_only(ring):
     cfg = ring.theirs["p3"].cfg
     trio.run(_send_garbage, cfg.listen_host, cfg.listen_port, cfg.index)
     assert ring.theirs["p3"].proc.poll() is None
-    _wait(lambda: ring.status("p3")["counters"]["peers_dropped"] >= 1, 10, "p3 to drop the outsider")
+    wait_for(lambda: ring.status("p3")["counters"]["peers_dropped"] >= 1, 10, "p3 to drop the outsider")
     _meshed(ring)
 
 
@@ -366,10 +347,10 @@ def test_isolate_and_rejoin(delivered):
     st = ring.status("p2")
     assert st["isolated"] == ["n1"] and "n1" not in st["peers"] and st["mesh"][TOPIC] == ["p3"]
     ring.ours["n0"].call("publish", topic=TOPIC, size=100, seq=21)
-    _wait(lambda: ring.theirs["p2"].received("21"), 20, "message 21 around the other side of the ring")
+    wait_for(lambda: ring.theirs["p2"].received("21"), 20, "message 21 around the other side of the ring")
     assert {x["from"] for x in ring.theirs["p2"].received("21")} == {identity_for_index(3).peer_id_b58}
     p2.call("rejoin")
-    _wait(lambda: "n1" in ring.status("p2")["peers"], 30, "n1 to reconnect to p2")
+    wait_for(lambda: "n1" in ring.status("p2")["peers"], 30, "n1 to reconnect to p2")
     assert ring.status("p2")["isolated"] is None
 
 
@@ -388,3 +369,66 @@ def test_shutdown_is_graceful_and_our_traces_see_py_libp2p(delivered):
                     and ev.recvRPC.receivedFrom == identity_for_index(3).peer_id
                     and len(ev.recvRPC.meta.control.prune)]
     assert pruned_by_p3, "p3 left its mesh with PRUNE before exiting"
+
+
+# ---------------------------------------------------------------- the image
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_image_runs_the_adapter_and_answers_status(tmp_path):
+    from orchestrator.docker_util import docker_available, docker_client
+    from orchestrator.image_pylibp2p import build_pylibp2p_image
+    from orchestrator.progress import Reporter
+
+    ok, why = docker_available()
+    if not ok:
+        pytest.skip(f"no Docker daemon: {why}")
+    client = docker_client(timeout=600)
+    tag = build_pylibp2p_image(client, Reporter())
+    assert build_pylibp2p_image(client, Reporter()) == tag  # content-hashed: nothing to do
+    node_dir = tmp_path / "node"
+    node_dir.mkdir()
+    node_dir.chmod(0o755)
+    _write(node_dir / "params.json", {"script": [
+        {"type": "initGossipSub", "gossipSubParams": {"D": 2, "Dlo": 1, "Dhi": 3, "HeartbeatInterval": HEARTBEAT_NS}},
+        {"type": "subscribeToTopic", "topicID": TOPIC}]})
+    _write(node_dir / "config.json", {"index": 7, "name": "py7", "listen_host": "0.0.0.0", "listen_port": 9000,
+                                      "control_host": "0.0.0.0", "control_port": 9100, "token": TOKEN,
+                                      "message_id": "first-8-bytes"})
+    (node_dir / "config.json").chmod(0o644)
+    (node_dir / "params.json").chmod(0o644)
+    containers = []
+    try:
+        # With the testbed's --config: our control endpoint.
+        testbed = client.containers.run(
+            tag, ["--params", "/node/params.json", "--config", "/node/config.json"], detach=True,
+            hostname="node7", name=f"pyadapt-test-{os.getpid()}", labels={"gossip-testbed.test": "pyadapt"},
+            volumes={str(node_dir): {"bind": "/node", "mode": "ro"}})
+        containers.append(testbed)
+        # Bare contract: the node id comes from the hostname.
+        bare = client.containers.run(
+            tag, ["--params", "/node/params.json"], detach=True, hostname="node5",
+            name=f"pyadapt-test-bare-{os.getpid()}", labels={"gossip-testbed.test": "pyadapt"},
+            volumes={str(node_dir): {"bind": "/node", "mode": "ro"}})
+        containers.append(bare)
+        testbed.reload()
+        ctl = ControlClient(testbed.attrs["NetworkSettings"]["IPAddress"], 9100, TOKEN, timeout=20)
+        wait_for(lambda: ctl.try_call("status") is not None, START_S, "the container's control endpoint")
+        st = ctl.call("status")
+        assert st["router"] == "py-libp2p" and st["name"] == "py7" and st["topics"] == [TOPIC]
+        assert st["peer_id"] == identity_for_index(7).peer_id_b58
+        assert ctl.call("shutdown")["shutdown"] is True
+        assert testbed.wait(timeout=60)["StatusCode"] == 0
+
+        def first_line() -> dict | None:
+            out = bare.logs(stdout=True, stderr=False).decode().splitlines()
+            return json.loads(out[0]) if out else None
+
+        wait_for(lambda: first_line() is not None, START_S, "the bare node's PeerID line")
+        assert first_line() == {"time": first_line()["time"], "msg": "PeerID",
+                                "id": identity_for_index(5).peer_id_b58, "node_id": 5}
+    finally:
+        for c in containers:
+            c.remove(force=True)
+        client.close()
