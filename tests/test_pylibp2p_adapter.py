@@ -392,7 +392,8 @@ def test_image_runs_the_adapter_and_answers_status(tmp_path):
     node_dir.chmod(0o755)
     _write(node_dir / "params.json", {"script": [
         {"type": "initGossipSub", "gossipSubParams": {"D": 2, "Dlo": 1, "Dhi": 3, "HeartbeatInterval": HEARTBEAT_NS}},
-        {"type": "subscribeToTopic", "topicID": TOPIC}]})
+        {"type": "subscribeToTopic", "topicID": TOPIC},
+        {"type": "connect", "connectTo": [99]}]})  # no node99: reported on stderr, the node goes on
     _write(node_dir / "config.json", {"index": 7, "name": "py7", "listen_host": "0.0.0.0", "listen_port": 9000,
                                       "control_host": "0.0.0.0", "control_port": 9100, "token": TOKEN,
                                       "message_id": "first-8-bytes"})
@@ -428,6 +429,9 @@ def test_image_runs_the_adapter_and_answers_status(tmp_path):
         wait_for(lambda: first_line() is not None, START_S, "the bare node's PeerID line")
         assert first_line() == {"time": first_line()["time"], "msg": "PeerID",
                                 "id": identity_for_index(5).peer_id_b58, "node_id": 5}
+        wait_for(lambda: b"node99" in bare.logs(stdout=False, stderr=True), START_S, "the failed connect's report")
+        bare.reload()
+        assert bare.status == "running"
     finally:
         for c in containers:
             c.remove(force=True)
