@@ -98,12 +98,13 @@ def _settings_from_config(path: Path) -> Settings:
             backoff_s=(raw.get("dial_backoff_ms", 50) / 1000, raw.get("dial_backoff_max_ms", 2000) / 1000),
             persistent=True,
         )
+        ed25519_seed(node_id)  # ValueError unless a u32
     except OSError as exc:
         raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
     except ValueError as exc:
         raise BadInput(f"{path}: {exc}") from None
-    except (KeyError, TypeError) as exc:
-        raise BadInput(f"{path}: missing or malformed field {exc}") from None
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise BadInput(f"{path}: missing or malformed field ({type(exc).__name__}: {exc})") from None
     if raw.get("message_id", "first-8-bytes") != "first-8-bytes":
         raise BadInput(f"{path}: message_id: py-libp2p nodes need first-8-bytes, not {raw['message_id']!r}")
     if raw.get("authenticity", "strict") != "strict":
@@ -117,7 +118,12 @@ def _settings_from_hostname() -> Settings:
     hostname = socket.gethostname()
     if not (hostname.startswith("node") and hostname[4:].isdigit()):
         raise BadInput(f"the hostname {hostname!r} is not nodeN (the contract's node id); give --config")
-    return Settings(node_id=int(hostname[4:]), name=hostname)
+    node_id = int(hostname[4:])
+    try:
+        ed25519_seed(node_id)
+    except ValueError as exc:
+        raise BadInput(f"the hostname {hostname!r}: {exc}") from None
+    return Settings(node_id=node_id, name=hostname)
 
 
 class IsolationNotifee(INotifee):
