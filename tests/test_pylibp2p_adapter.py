@@ -120,8 +120,14 @@ def test_bad_scripts_are_named(tmp_path, bad, words):
 def test_bad_input_exits_2_without_a_traceback(tmp_path):
     params = _write(tmp_path / "p.json", {"script": [{"type": "waitUntil"}]})
     config = _write(tmp_path / "c.json", {"index": 1})
+    whole = {"index": 2**40, "listen_host": "127.0.0.1", "listen_port": 1, "control_host": "127.0.0.1",
+             "control_port": 2, "token": "t"}
+    huge = _write(tmp_path / "huge.json", whole)
+    names = _write(tmp_path / "names.json", {**whole, "index": 1, "peer_names": ["not", "a", "map"]})
     for args in (["--params", str(params), "--config", str(config)],
-                 ["--params", str(tmp_path / "absent.json"), "--config", str(config)]):
+                 ["--params", str(tmp_path / "absent.json"), "--config", str(config)],
+                 ["--params", str(params), "--config", str(huge)],
+                 ["--params", str(params), "--config", str(names)]):
         result = subprocess.run([str(PY), str(ADAPTER_DIR / "adapter.py"), *args], capture_output=True,
                                 text=True, timeout=START_S)
         assert result.returncode == 2, result.stderr
