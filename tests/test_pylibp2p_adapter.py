@@ -80,6 +80,19 @@ def test_go_params_are_mapped_explicitly():
     assert script.router_params({}).gossipsub["heartbeat_interval"] == 1.0  # never py-libp2p's 120 s
 
 
+def test_process_backend_command_names_the_fix(tmp_path, monkeypatch):
+    import orchestrator.image_pylibp2p as image_pylibp2p
+    from orchestrator.errors import BackendUnavailable
+
+    monkeypatch.setattr(image_pylibp2p, "VENV", tmp_path / "absent")
+    with pytest.raises(BackendUnavailable, match="scripts/pylibp2p-venv.sh") as caught:
+        image_pylibp2p.pylibp2p_adapter_command()
+    assert caught.value.exit_code == 3
+    monkeypatch.setattr(image_pylibp2p, "VENV", PY.parent.parent)
+    if not MISSING:
+        assert image_pylibp2p.pylibp2p_adapter_command() == [str(PY), str(ADAPTER_DIR / "adapter.py")]
+
+
 def _write(path: Path, doc) -> Path:
     path.write_text(json.dumps(doc))
     return path
