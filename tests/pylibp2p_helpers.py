@@ -4,11 +4,13 @@ shared, loaded box."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 ADAPTER_DIR = ROOT / "adapters" / "py-libp2p"
@@ -38,3 +40,19 @@ def wait_for(predicate, timeout: float, what: str) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.2)
+
+
+def ndjson(path: Path) -> list[dict]:
+    """An adapter's stdout so far, one object per line."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def shut_down(proc: subprocess.Popen, client: Any) -> None:
+    """Through the control endpoint (graceful); killed if that does not end it."""
+    if proc.poll() is None:
+        client.try_call("shutdown")
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -36,7 +36,7 @@ from orchestrator.backend import BackendContext
 from orchestrator.nodeconfigs import build_configs
 from orchestrator.process_backend import ProcessBackend
 from orchestrator.state import StateStore
-from tests.pylibp2p_helpers import ADAPTER, PY, START_S, free_port, pylibp2p_missing, wait_for
+from tests.pylibp2p_helpers import ADAPTER, PY, START_S, free_port, ndjson, pylibp2p_missing, shut_down, wait_for
 
 TOKEN = "interop"
 ROUTERS = 4
@@ -82,9 +82,7 @@ class PyHost:
         )
         script = [{"type": "initGossipSub", "gossipSubParams": {"D": degree, "Dlo": degree, "Dhi": degree,
                                                                 "HeartbeatInterval": HEARTBEAT_NS}},
-                  # connected first, so that joining the topic GRAFTs (py-libp2p's join)
-                  {"type": "connect", "connectTo": [c.index for c in dial]},
-                  {"type": "subscribeToTopic", "topicID": TOPIC}]
+                  {"type": "connect", "connectTo": [c.index for c in dial]}]
         (run_dir / f"{cfg.name}.config.json").write_text(cfg.to_json())
         (run_dir / f"{cfg.name}.params.json").write_text(json.dumps({"script": script}))
         self.stdout = run_dir / f"{cfg.name}.ndjson"
@@ -97,20 +95,13 @@ class PyHost:
 
     def delivered(self) -> set[bytes]:
         """Ids of the messages it received (first copies and duplicates alike)."""
-        lines = [json.loads(line) for line in self.stdout.read_text().splitlines() if line.strip()]
-        return {int(x["id"]).to_bytes(8, "big") for x in lines if x["msg"] == "Received Message"}
+        return {int(x["id"]).to_bytes(8, "big") for x in ndjson(self.stdout) if x["msg"] == "Received Message"}
 
     def publish(self, seq: int) -> bytes:
         return bytes.fromhex(self.client.call("publish", topic=TOPIC, size=64, seq=seq)["message_id"])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.client.try_call("shutdown")
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        shut_down(self.proc, self.client)
 
 
 @pytest.mark.parametrize("security", ["noise", "plaintext"])
@@ -139,6 +130,11 @@ def test_pylibp2p_hosts_in_a_testbed_of_our_routers(tmp_path, monkeypatch, secur
             PyHost(ROUTERS + 1, security, [configs["n0"]], 0, run_dir),
         ]
         wait_for(lambda: all(h.client.try_call("status") for h in hosts), START_S, "the py-libp2p hosts")
+        # Subscribed once connected, so that joining the topic GRAFTs our routers
+        # (py-libp2p's join) before their GRAFTs fill host A's mesh.
+        wait_for(lambda: len(hosts[0].client.call("status")["peers"]) == 3, 30, "host A's pubsub peers")
+        for h in hosts:
+            h.client.call("subscribe", topic=TOPIC)
         py_ids = {h.peer_id for h in hosts}
         py_labels = {identity_for_index(ROUTERS + i).peer_id_b58 for i in range(2)}
 

@@ -40,7 +40,7 @@ from orchestrator.experiment.model import LinkParams, NodeSpec, ResolvedExperime
 from orchestrator.nodeconfigs import build_configs
 from orchestrator.process_backend import ProcessBackend
 from orchestrator.state import StateStore
-from tests.pylibp2p_helpers import ADAPTER_DIR, PY, START_S, pylibp2p_missing, wait_for
+from tests.pylibp2p_helpers import ADAPTER_DIR, PY, START_S, ndjson, pylibp2p_missing, shut_down, wait_for
 
 TOKEN = "pyadapt"
 TOPIC = "t"
@@ -186,19 +186,13 @@ class Adapter:
         self.client = ControlClient(cfg.control_host, cfg.control_port, TOKEN, timeout=20)
 
     def lines(self) -> list[dict]:
-        return [json.loads(line) for line in self.stdout.read_text().splitlines() if line.strip()]
+        return ndjson(self.stdout)
 
     def received(self, msg_id: str) -> list[dict]:
         return [x for x in self.lines() if x["msg"] == "Received Message" and x["id"] == msg_id]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.client.try_call("shutdown")
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        shut_down(self.proc, self.client)
 
 
 def identity_index(b58: str) -> int:

@@ -344,8 +344,8 @@ class Adapter:
     async def subscribe(self, topic: str) -> None:
         if topic in self.pubsub.topic_ids:
             return
+        self.lines.emit("Joined", topic=topic)  # before the GRAFTs joining sends, as go traces JOIN
         subscription = await self.pubsub.subscribe(topic)
-        self.lines.emit("Joined", topic=topic)
         self.nursery.start_soon(self._drain, subscription)
 
     @staticmethod
@@ -361,8 +361,8 @@ class Adapter:
     async def unsubscribe(self, topic: str) -> None:
         if topic not in self.pubsub.topic_ids:
             return
+        self.lines.emit("Left", topic=topic)  # before the PRUNEs leaving sends, as go traces LEAVE
         await self.pubsub.unsubscribe(topic)
-        self.lines.emit("Left", topic=topic)
 
     async def publish(self, topic: str, data: bytes) -> bytes:
         await self.pubsub.publish(topic, data)
