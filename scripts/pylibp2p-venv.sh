@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Makes the virtualenv that runs py-libp2p hosts for the interop tests
-# (tests/test_interop_pylibp2p.py), default .venv-pylibp2p, from the
+# Makes the virtualenv that runs the py-libp2p adapter (adapters/py-libp2p)
+# on the process backend and in its tests, default .venv-pylibp2p, from the
 # hash-pinned lock scripts/pylibp2p/requirements.lock.
 #   scripts/pylibp2p-venv.sh [VENV]   install (plain pip --require-hashes)
 #   scripts/pylibp2p-venv.sh --lock   refresh the lock (uv from PyPI, only for this)

@@ -1,14 +1,15 @@
 """Interop with py-libp2p 0.8.1: py-libp2p gossipsub hosts join a testbed of
 our routers on the process backend, over noise+yamux and plaintext+yamux.
 
-The hosts run in their own virtualenv (scripts/pylibp2p-venv.sh; py-libp2p
-needs protobuf<7) as scripts/pylibp2p/host.py, and dial our routers by the
-multiaddrs test-plans' identities give them. Both sides sign and verify
-strictly (the hosts' --strict-signing, our default `authenticity: strict`).
-The test checks that messages
+The hosts are the project's py-libp2p adapter (adapters/py-libp2p/adapter.py,
+run by the virtualenv scripts/pylibp2p-venv.sh makes: py-libp2p needs
+protobuf<7), started with a NodeConfig (--config) and a gossipsub-interop
+script (--params) that dials our routers by node id, and driven through the
+same control endpoint as our routers. Both sides sign and verify strictly
+and use test-plans' first-8-bytes message ids. The test checks that messages
 published on either side reach every subscriber on both sides, that GRAFT,
 PRUNE, IHAVE and IWANT cross implementations (from our routers' traces), and
-that a py-libp2p host that disconnects leaves our routers' mesh and peers.
+that a py-libp2p host that leaves is dropped from our routers' mesh and peers.
 
 Kept small for a shared 2-core machine: 4 routers and 2 hosts, with mesh
 degrees chosen so that both sides GRAFT each other and gossip (IHAVE/IWANT)
@@ -19,15 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from node.config import NodeConfig, PeerAddress
 from node.engine.api import TraceType
-from node.identity import identity_for_index, peer_id_from_b58
+from node.identity import identity_for_index
 from node.runtime.client import ControlClient
 from node.tracefile import read_trace
 from orchestrator.experiment.model import LinkParams, NodeSpec, ResolvedExperiment
@@ -35,14 +36,12 @@ from orchestrator.backend import BackendContext
 from orchestrator.nodeconfigs import build_configs
 from orchestrator.process_backend import ProcessBackend
 from orchestrator.state import StateStore
+from tests.pylibp2p_helpers import ADAPTER, PY, START_S, free_port, ndjson, pylibp2p_missing, shut_down, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-PY_VENV = Path(os.environ.get("PYLIBP2P_VENV", ROOT / ".venv-pylibp2p"))
-PY = PY_VENV / "bin" / "python"
-HOST = ROOT / "scripts" / "pylibp2p" / "host.py"
 TOKEN = "interop"
 ROUTERS = 4
 TOPIC = "t"
+HEARTBEAT_NS = 300_000_000
 # The routers are a ring. n1..n3 want 3 mesh peers but have 2 router
 # neighbours, so they must GRAFT host A (index 4, dialling n1..n3), which wants
 # at most 1 and PRUNEs the surplus. n0 is content with its 2 ring neighbours
@@ -52,16 +51,7 @@ RING = {"D": 3, "D_low": 3, "D_high": 4, "heartbeat_interval": 0.3}
 CONTENT = {"D": 2, "D_low": 2, "D_high": 2, "heartbeat_interval": 0.3}
 
 
-def _pylibp2p_missing() -> str | None:
-    if not PY.exists():
-        return f"no py-libp2p virtualenv at {PY_VENV} (make it with scripts/pylibp2p-venv.sh)"
-    probe = subprocess.run([str(PY), "-c", "import libp2p"], capture_output=True, text=True)
-    if probe.returncode:
-        return f"py-libp2p does not import in {PY_VENV}: {probe.stderr.strip().splitlines()[-1:]}"
-    return None
-
-
-MISSING = _pylibp2p_missing()
+MISSING = pylibp2p_missing()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
 
 
@@ -73,67 +63,45 @@ def _experiment() -> ResolvedExperiment:
     return ResolvedExperiment(
         name="interop", source=__file__, seed=1, nodes=nodes, edges=edges, links={},
         default_link=LinkParams(latency_ms=0.0), publishes=(), churn=(), expectations=(), duration=1.0, linger=0.0,
+        message_id="first-8-bytes",
     )
 
 
 class PyHost:
-    """One py-libp2p host process, driven by JSON lines."""
+    """One py-libp2p adapter process: a script that dials `dial` (our routers'
+    configs), stdout (NDJSON) to a file, commands through its control endpoint."""
 
-    def __init__(self, index: int, port: int, security: str, dial: list[str], degree: int, log: Path) -> None:
+    def __init__(self, index: int, security: str, dial: list[NodeConfig], degree: int, run_dir: Path) -> None:
         self.peer_id = identity_for_index(index).peer_id
-        self.proc = subprocess.Popen(
-            [str(PY), str(HOST), "--index", str(index), "--port", str(port), "--security", security,
-             "--topic", TOPIC, "--degree", str(degree), "--degree-low", str(degree), "--degree-high", str(degree),
-             "--heartbeat", "0.3", "--strict-signing",
-             *[arg for addr in dial for arg in ("--dial", addr)]],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("wb"), text=True,
+        cfg = NodeConfig(
+            name=f"py{index}", router="py-libp2p", seed=index, listen_host="127.0.0.1", listen_port=free_port(),
+            control_host="127.0.0.1", control_port=free_port(), token=TOKEN, trace_path="", index=index,
+            topics=(TOPIC,), security=security, message_id="first-8-bytes",
+            initial_peers=tuple(PeerAddress(c.name, c.listen_host, c.listen_port, c.identity.peer_id_b58) for c in dial),
+            peer_names={c.identity.peer_id_b58: c.name for c in dial},
         )
-        self.delivered: set[bytes] = set()
-        ready = self._next("ready")
-        assert ready["peer_id"] == identity_for_index(index).peer_id_b58
+        script = [{"type": "initGossipSub", "gossipSubParams": {"D": degree, "Dlo": degree, "Dhi": degree,
+                                                                "HeartbeatInterval": HEARTBEAT_NS}},
+                  {"type": "connect", "connectTo": [c.index for c in dial]}]
+        (run_dir / f"{cfg.name}.config.json").write_text(cfg.to_json())
+        (run_dir / f"{cfg.name}.params.json").write_text(json.dumps({"script": script}))
+        self.stdout = run_dir / f"{cfg.name}.ndjson"
+        self.proc = subprocess.Popen(
+            [str(PY), str(ADAPTER), "--params", str(run_dir / f"{cfg.name}.params.json"),
+             "--config", str(run_dir / f"{cfg.name}.config.json")],
+            stdout=self.stdout.open("wb"), stderr=(run_dir / "node-logs" / f"{cfg.name}.log").open("wb"),
+        )
+        self.client = ControlClient(cfg.control_host, cfg.control_port, TOKEN, timeout=20)
 
-    def _next(self, kind: str) -> dict:
-        while True:
-            line = self.proc.stdout.readline()
-            assert line, f"py-libp2p host exited ({self.proc.poll()})"
-            event = json.loads(line)
-            if event["event"] == "deliver":
-                self.delivered.add(peer_id_from_b58(event["from"]) + bytes.fromhex(event["seqno"]))
-            if event["event"] == kind:
-                return event
+    def delivered(self) -> set[bytes]:
+        """Ids of the messages it received (first copies and duplicates alike)."""
+        return {int(x["id"]).to_bytes(8, "big") for x in ndjson(self.stdout) if x["msg"] == "Received Message"}
 
-    def call(self, cmd: str, reply: str, **args) -> dict:
-        self.proc.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
-        self.proc.stdin.flush()
-        return self._next(reply)
-
-    def publish(self, data: str) -> None:
-        self.call("publish", "published", data=data)
+    def publish(self, seq: int) -> bytes:
+        return bytes.fromhex(self.client.call("publish", topic=TOPIC, size=64, seq=seq)["message_id"])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.write(json.dumps({"cmd": "stop"}) + "\n")
-            self.proc.stdin.flush()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        shut_down(self.proc, self.client)
 
 
 @pytest.mark.parametrize("security", ["noise", "plaintext"])
@@ -156,50 +124,47 @@ def test_pylibp2p_hosts_in_a_testbed_of_our_routers(tmp_path, monkeypatch, secur
         for cfg in configs.values():
             backend.start(cfg)
         clients = {n: ControlClient(c.control_host, c.control_port, TOKEN) for n, c in configs.items()}
-        _wait(lambda: all(c.try_call("status") for c in clients.values()), 20, "our routers")
-        multiaddr = {n: f"/ip4/{c.listen_host}/tcp/{c.listen_port}/p2p/{c.identity.peer_id_b58}"
-                     for n, c in configs.items()}
+        wait_for(lambda: all(c.try_call("status") for c in clients.values()), 20, "our routers")
         hosts = [
-            PyHost(ROUTERS, _free_port(), security, [multiaddr[n] for n in ("n1", "n2", "n3")], 1,
-                   run_dir / "node-logs" / "host-a.log"),
-            PyHost(ROUTERS + 1, _free_port(), security, [multiaddr["n0"]], 0, run_dir / "node-logs" / "host-b.log"),
+            PyHost(ROUTERS, security, [configs[n] for n in ("n1", "n2", "n3")], 1, run_dir),
+            PyHost(ROUTERS + 1, security, [configs["n0"]], 0, run_dir),
         ]
+        wait_for(lambda: all(h.client.try_call("status") for h in hosts), START_S, "the py-libp2p hosts")
+        # Subscribed once connected, so that joining the topic GRAFTs our routers
+        # (py-libp2p's join) before their GRAFTs fill host A's mesh.
+        wait_for(lambda: len(hosts[0].client.call("status")["peers"]) == 3, 30, "host A's pubsub peers")
+        for h in hosts:
+            h.client.call("subscribe", topic=TOPIC)
         py_ids = {h.peer_id for h in hosts}
         py_labels = {identity_for_index(ROUTERS + i).peer_id_b58 for i in range(2)}
 
         def meshed() -> bool:
             statuses = [c.call("status") for c in clients.values()]
-            return all(st["mesh"].get(TOPIC) for st in statuses) and bool(hosts[0].call("mesh", "mesh")["peers"])
+            return all(st["mesh"].get(TOPIC) for st in statuses) and bool(hosts[0].client.call("status")["mesh"].get(TOPIC))
 
-        _wait(meshed, 20, "every router and host A to have a mesh")
+        wait_for(meshed, 30, "every router and host A to have a mesh")
         assert py_labels <= {p for c in clients.values() for p in c.call("status")["peers"]}
 
         # Publish on both sides; every subscriber on both sides gets every message.
-        ours: list[bytes] = []
+        ours: set[bytes] = set()
+        own: dict[int, set[bytes]] = {0: set(), 1: set()}
         for k in range(3):
-            ours.append(bytes.fromhex(clients["n1"].call("publish", topic=TOPIC, data=f"ours-{k}")["message_id"]))
-            hosts[k % 2].publish(f"py-{k}")
+            ours.add(bytes.fromhex(clients["n1"].call("publish", topic=TOPIC, size=64, seq=k)["message_id"]))
+            own[k % 2].add(hosts[k % 2].publish(100 + k))
             time.sleep(0.2)
-
-        def own(h: PyHost) -> set[bytes]:  # py-libp2p delivers its own messages to its subscription
-            h.call("mesh", "mesh")  # reads the deliveries printed so far
-            return {m for m in h.delivered if m.startswith(h.peer_id)}
-
-        _wait(lambda: len(own(hosts[0])) == 2 and len(own(hosts[1])) == 1, 10, "the hosts' own messages")
-        theirs = own(hosts[0]) | own(hosts[1])
-        published = set(ours) | theirs
+        published = ours | own[0] | own[1]
 
         def everyone_has_everything() -> bool:
-            py_ok = all(published - own(h) <= h.delivered for h in hosts)
+            py_ok = all(published - own[i] <= h.delivered() for i, h in enumerate(hosts))
             counts = {n: c.call("status")["counters"]["delivered"] for n, c in clients.items()}
             return py_ok and counts["n1"] >= 3 and all(v >= 6 for n, v in counts.items() if n != "n1")
 
-        _wait(everyone_has_everything, 30, "every message at every subscriber")
+        wait_for(everyone_has_everything, 30, "every message at every subscriber")
 
         # A host that disconnects is pruned here.
         hosts[0].stop()
         gone = identity_for_index(ROUTERS).peer_id_b58
-        _wait(lambda: all(gone not in c.call("status")["peers"]
+        wait_for(lambda: all(gone not in c.call("status")["peers"]
                           and gone not in c.call("status")["mesh"].get(TOPIC, []) for c in clients.values()),
               10, "the disconnected host to leave every mesh")
     finally:

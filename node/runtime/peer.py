@@ -133,8 +133,8 @@ class PeerLink:
         await trio.aclose_forcefully(self.conn.tcp)
 
     async def _outbound(self) -> None:
-        stream = self.conn.open_stream()
         try:
+            stream = self.conn.open_stream()  # ProtocolError once the remote sent GoAway (py-libp2p does at once)
             with trio.fail_after(NEGOTIATE_TIMEOUT_S):
                 self.protocol, out = await negotiate_outbound(stream, list(self.protocols))
         except (ProtocolError, trio.TooSlowError) as exc:
