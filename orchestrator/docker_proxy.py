@@ -44,8 +44,11 @@ from typing import Any
 from node.config import LinkShape
 from node.runtime.stream_shaper import MAX_RETRANSMITS, RTO_MIN_S
 from node.shaping_proxy import ProxyConfig
+from orchestrator.backend import ShapingCapabilities
 from orchestrator.docker_util import LABEL_NODE
 from orchestrator.errors import BackendUnavailable, TestbedError
+from orchestrator.experiment.model import ResolvedExperiment
+from orchestrator.nodeconfigs import user_shape
 
 PROXY_UID = 65533  # the proxy's own uid: iptables exempts its sockets by owner
 OUTBOUND_PORT = 19000
@@ -91,6 +94,25 @@ class ProxyInfo:
         """The node's per-node shaping record in the manifest."""
         return {"path": PATH, "detail": DETAIL, "loss": LOSS_MODEL, "sidecar": self.sidecar,
                 "unshaped_connections": self.bypassed}
+
+
+def proxy_needed(caps: ShapingCapabilities) -> bool:
+    """The one rule: a foreign node needs the proxy exactly where the kernel
+    cannot delay (no netem); with netem the kernel shapes every container alike."""
+    return not caps.kernel_delay
+
+
+def proxy_shapes(resolved: ResolvedExperiment, node: str, ips: Mapping[str, str], caps: ShapingCapabilities,
+                 seed: int) -> ProxyShapes:
+    """What the proxy of foreign `node` shapes: exactly the user-space part our
+    router would get (orchestrator.nodeconfigs), keyed by peer address."""
+    neighbours = resolved.neighbours()[node]
+    return ProxyShapes(
+        per_dest={ips[p]: user_shape(resolved.link(node, p), caps) for p in neighbours if p in ips},
+        default=user_shape(resolved.default_link, caps),
+        uplink_bps=None if caps.kernel_rate else resolved.node(node).uplink_bps,
+        seed=seed,
+    )
 
 
 def iptables_commands(listen_port: int, exempt: Sequence[str] = (), proxy_uid: int = PROXY_UID,

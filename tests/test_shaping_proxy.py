@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import socket
 import struct
+from pathlib import Path
 
 import pytest
 import trio
@@ -16,7 +17,17 @@ from node.config import LinkShape
 from node.runtime.shaper import LinkShaper, Uplink
 from node.runtime.stream_shaper import MAX_RETRANSMITS, MSS_BYTES, RTO_MIN_S, GaveUp, StreamShaper
 from node.shaping_proxy import ProxyConfig, ShapingProxy, original_dst, serve
-from orchestrator.docker_proxy import CHAIN_IN, CHAIN_OUT, ProxyInfo, hook_commands, iptables_commands
+from orchestrator.backend import ShapingCapabilities
+from orchestrator.docker_proxy import (
+    CHAIN_IN,
+    CHAIN_OUT,
+    ProxyInfo,
+    hook_commands,
+    iptables_commands,
+    proxy_needed,
+    proxy_shapes,
+)
+from orchestrator.experiment.spec import load_experiment
 
 
 class ScriptedRandom(random.Random):
@@ -205,3 +216,16 @@ def test_manifest_record_names_the_path_and_the_loss_model() -> None:
     record = ProxyInfo("n3", "gtb-x-n3-proxy", "/r/configs/n3.proxy.json", (), 0).manifest_record()
     assert record["path"] == "proxy" and record["detail"] == "proxy: user-space, per destination"
     assert "RTO" in record["loss"] and record["unshaped_connections"] == 0
+
+
+def test_proxy_shapes_are_what_our_router_would_shape_itself() -> None:
+    resolved = load_experiment(Path("topologies/quick.yaml")).resolve()
+    ips = {n.name: f"10.9.0.{i + 2}" for i, n in enumerate(resolved.nodes)}
+    userspace = ShapingCapabilities(kernel_delay=False, kernel_rate=True, path="userspace+htb", detail="")
+    netem = ShapingCapabilities(kernel_delay=True, kernel_rate=True, path="netem", detail="")
+    shapes = proxy_shapes(resolved, "n0", ips, userspace, seed=5)
+    neighbours = resolved.neighbours()["n0"]
+    assert sorted(shapes.per_dest) == sorted(ips[p] for p in neighbours) and neighbours
+    assert set(shapes.per_dest.values()) == {LinkShape(delay_ms=30)}
+    assert shapes.default == LinkShape(delay_ms=30) and shapes.uplink_bps is None and shapes.seed == 5
+    assert proxy_needed(userspace) and not proxy_needed(netem)
