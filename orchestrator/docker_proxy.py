@@ -58,7 +58,10 @@ CHAIN_OUT = "GTB_PROXY_OUT"
 CHAIN_IN = "GTB_PROXY_IN"
 CONFIG_INSIDE = "/proxy.json"
 LABEL_PROXY_FOR = "gossip-testbed.proxy-for"  # the node a sidecar shapes
-READY_TIMEOUT_S = 30.0
+READY_TIMEOUT_S = 120.0  # a loaded host takes long to start python and import trio
+# The proxy is the link, not a node: on a loaded host its timers must fire on
+# time, so its cgroup weighs 4x a container's default (1024) for the CPU.
+CPU_SHARES = 4096
 PATH = "proxy"
 DETAIL = "proxy: user-space, per destination"
 LOSS_MODEL = (f"a lost TCP segment is sent again after an RTO ({RTO_MIN_S * 1000:g} ms + 2 x delay, doubling), "
@@ -196,11 +199,11 @@ def _start_sidecar(client: Any, container: Any, node: str, image: str, labels: M
     own = {k: v for k, v in labels.items() if k != LABEL_NODE}
     own[LABEL_PROXY_FOR] = node
     sidecar = client.containers.create(
-        image, ["python3", "-m", "node.shaping_proxy", "--config", CONFIG_INSIDE],
+        image, entrypoint=["python3", "-m", "node.shaping_proxy", "--config", CONFIG_INSIDE],
         name=name, labels=own, network_mode=mode, user=f"{PROXY_UID}:{PROXY_UID}",
         volumes={str(config_path): {"bind": CONFIG_INSIDE, "mode": "ro"}},
         cap_drop=["ALL"], security_opt=["no-new-privileges"], read_only=True, init=True,
-        mem_limit="128m", pids_limit=64, log_config={"type": "json-file", "config": {"max-size": "1m"}},
+        mem_limit="128m", pids_limit=64, cpu_shares=CPU_SHARES, log_config={"type": "json-file", "config": {"max-size": "1m"}},
     )
     sidecar.start()
     return sidecar

@@ -91,7 +91,7 @@ def _up(docker_backends, nodes=("a", "b", "c")):
     for node in nodes:
         backend.start(configs[node])
     for node in nodes:
-        assert wait_for(lambda n=node: tcp_reachable(backend.ips[n], PORT)), f"{node} never listened"
+        assert wait_for(lambda n=node: tcp_reachable(backend.ips[n], PORT), 90), f"{node} never listened"
     return backend, configs
 
 
@@ -106,17 +106,26 @@ def _p50(rtts: list[float]) -> float:
 
 
 def test_foreign_link_latency_is_the_configured_one_at_p50_per_destination(docker_backends) -> None:
-    backend, _ = _up(docker_backends)
+    """The link latency is the RTT's p50 over the baseline's (b -> c, no
+    proxy, measured in the same rounds: what the box adds anyway, which
+    under load is several ms); the proxy's own hop counts against it."""
+    backend, _ = _up(docker_backends, ("a", "b", "c", "d"))
     ips = backend.ips
-    info = _shape(backend, "a", ProxyShapes({ips["b"]: LinkShape(delay_ms=20), ips["c"]: LinkShape(delay_ms=50)}))
+    info = _shape(backend, "a", ProxyShapes({ips["b"]: LinkShape(delay_ms=20), ips["c"]: LinkShape(delay_ms=50)},
+                                            default=LinkShape(delay_ms=5)))
     assert info.bypassed == 0
-    to_b, to_c = _ping(backend, "a", ips["b"]), _ping(backend, "a", ips["c"])
-    from_b = _ping(backend, "b", ips["a"])  # dialled to a: a's answers are shaped
-    print(f"p50 a->b {_p50(to_b):.2f} ms (20), a->c {_p50(to_c):.2f} ms (50), b->a->b {_p50(from_b):.2f} ms (20)")
-    assert abs(_p50(to_b) - 20) <= 2
-    assert abs(_p50(to_c) - 50) <= 2
-    assert abs(_p50(from_b) - 20) <= 2
-    assert abs(_p50(_ping(backend, "b", ips["c"], 30)) - 0) <= 2  # b is not behind a proxy
+    paths = {"a->b": ("a", "b", 20), "a->c": ("a", "c", 50), "a->d": ("a", "d", 5),
+             "b->a->b": ("b", "a", 20), "baseline b->c": ("b", "c", 0)}
+    rtts: dict[str, list[float]] = {path: [] for path in paths}
+    for _ in range(4):  # interleaved, so every path sees the same load
+        for path, (src, dst, _delay) in paths.items():
+            rtts[path] += _ping(backend, src, ips[dst], 30)
+    base = _p50(rtts["baseline b->c"])
+    excess = {path: _p50(rtts[path]) - base for path in paths}
+    print("p50 over the baseline (%.2f ms): " % base
+          + ", ".join(f"{p} {excess[p]:.2f} ms (set {paths[p][2]})" for p in paths))
+    for path, (_src, _dst, delay) in paths.items():
+        assert abs(excess[path] - delay) <= 2, (path, excess[path], delay)
 
 
 def test_loss_is_retransmission_delay_and_a_restarted_node_is_shaped_again(docker_backends) -> None:
