@@ -98,6 +98,11 @@ class Backend(ABC):
         """Memory (e.g. "256m") and CPU limits for a node, before `prepare`.
         Backends that cannot enforce them (local processes) ignore them."""
 
+    def set_placement(self, node: str, constraints: Sequence[str]) -> None:
+        """Where a node may run (swarm placement constraints such as
+        "node.labels.zone==a"), before `prepare`; backends on one host
+        ignore them."""
+
     @abstractmethod
     def prepare(self, nodes: Sequence[str]) -> dict[str, NodeAddress]:
         """Create the network and allocate every node's addresses."""
@@ -173,6 +178,11 @@ class Backend(ABC):
     @abstractmethod
     def destroy(self) -> None:
         """Remove everything this testbed created; traces stay."""
+
+    def manifest_facts(self) -> dict[str, Any]:
+        """Backend-specific facts for manifest.json (read after
+        `collect_traces`), e.g. what each node's own shaping step applied."""
+        return {}
 
     def isolation(self) -> dict[str, Any] | None:
         """How each node is confined (its mounts, its uid), for the manifest;
