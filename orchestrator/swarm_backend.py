@@ -48,7 +48,7 @@ from orchestrator.errors import BackendUnavailable, InputError, TestbedError
 from orchestrator.state import StateStore
 from orchestrator.swarm_collect import collect_node
 from orchestrator.swarm_engine import Swarm, Task
-from orchestrator.swarm_teardown import find, teardown
+from orchestrator.swarm_teardown import find, remove
 
 __all__ = ["SwarmBackend"]
 
@@ -87,6 +87,7 @@ class SwarmBackend(Backend):
         self._constraints: dict[str, tuple[str, ...]] = {}
         self._deferred: dict[str, NodeConfig] = {}
         self._tasks: dict[str, Task] = {}
+        self._superseded: dict[str, set[str]] = {}  # a node's tasks from before its latest start
 
     # ------------------------------------------------------------ set-up
 
@@ -233,7 +234,10 @@ class SwarmBackend(Backend):
         name = service_name(self.testbed, node)
         secret = self.swarm.client.secrets.create(
             name=f"{name}-{secrets.token_hex(4)}", data=seen.to_json().encode(), labels=self.labels(node))
-        previous = self.swarm.latest(name) if self._service_or_none(name) is not None else None
+        service = self._service_or_none(name)
+        earlier = self.swarm.tasks(name) if service is not None else []
+        self._superseded[node] = {t.id for t in earlier}
+        previous = earlier[0] if earlier else None
         pinned = (f"node.id=={previous.node_id}",) if previous is not None and previous.node_id else ()
         memory, cpus = self._resources.get(node, (None, None))
         spec = task_spec.TaskSpec(
@@ -244,7 +248,6 @@ class SwarmBackend(Backend):
         )
         template = task_spec.task_template(spec)
         api = self.swarm.client.api
-        service = self._service_or_none(name)
         if service is None:
             api.create_service(template, name=name, labels=self.labels(node), endpoint_spec=task_spec.endpoint_spec())
             return
@@ -279,7 +282,8 @@ class SwarmBackend(Backend):
         deadline = time.monotonic() + timeout
         while waiting:
             for node in sorted(waiting):
-                task = self.swarm.latest(service_name(self.testbed, node))
+                old = self._superseded.get(node, set())
+                task = next((t for t in self.swarm.tasks(service_name(self.testbed, node)) if t.id not in old), None)
                 if task is not None and task.running and task.published_port:
                     self._tasks[node] = task
                     waiting.discard(node)
@@ -412,21 +416,7 @@ class SwarmBackend(Backend):
     def cleanup(cls, testbed: str | None, store: StateStore) -> list[str]:
         """Remove what this state directory made for `testbed` (None: every
         testbed) in the swarm; nothing when the engine is no swarm manager."""
-        try:
-            swarm = Swarm()
-        except BackendUnavailable:
-            return []
-        try:
-            engines, unreachable = [], []
-            for node_id in swarm.node_ids():
-                try:
-                    engines.append(swarm.engine(node_id, "cleanup"))
-                except BackendUnavailable:
-                    unreachable.append(swarm.hostname(node_id))
-            return teardown(swarm.client, engines, Scope(testbed, current_state_dir()), unreachable
-                            ).raise_if_incomplete()
-        finally:
-            swarm.close()
+        return remove(Scope(testbed, current_state_dir())).raise_if_incomplete()
 
 
 def _configured_image() -> str:

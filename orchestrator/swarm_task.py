@@ -167,7 +167,10 @@ def task_template(spec: TaskSpec) -> Any:
                 Mount("/tmp", None, type="tmpfs", tmpfs_size=16 * 2**20)],
         secrets=[secret],
         read_only=True,
-        init=True,
+        # No docker-init: as root without CAP_KILL it could not forward
+        # SIGTERM to the router's uid. The entry execs into the router, which
+        # is PID 1 and handles SIGTERM itself (leave, prune, flush).
+        init=False,
         stop_grace_period=10 * 10**9,
         cap_add=TASK_CAPS,
         cap_drop=["ALL"],

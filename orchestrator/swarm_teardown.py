@@ -21,6 +21,8 @@ from typing import Any
 
 from orchestrator.docker_teardown import Leftover, Resource, Scope, TeardownReport, labels_of
 from orchestrator.docker_util import LABEL_STATE, LABEL_TESTBED
+from orchestrator.errors import BackendUnavailable
+from orchestrator.swarm_engine import Swarm
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0)  # ~24 s for the swarm to take tasks down
 
@@ -91,3 +93,42 @@ def _command(res: Resource) -> str:
     verb = {"service": "docker service rm", "network": "docker network rm", "secret": "docker secret rm",
             "volume": "docker volume rm -f"}[res.kind]
     return f"{verb} {shlex.quote(res.name)}"
+
+
+def _reach(swarm: Swarm) -> tuple[list[Any], list[str]]:
+    """The engines of the swarm's nodes that can be reached, and the
+    hostnames of those that cannot."""
+    engines, unreachable = [], []
+    for node_id in swarm.node_ids():
+        try:
+            engines.append(swarm.engine(node_id, "cleanup"))
+        except BackendUnavailable:
+            unreachable.append(swarm.hostname(node_id))
+    return engines, unreachable
+
+
+def listed(scope: Scope) -> list[Resource]:
+    """What `remove` would remove (`testbed gc`'s listing); nothing when the
+    engine is no swarm manager."""
+    try:
+        swarm = Swarm()
+    except BackendUnavailable:
+        return []
+    try:
+        return [res for res, _ in find(swarm.client, _reach(swarm)[0], scope)]
+    finally:
+        swarm.close()
+
+
+def remove(scope: Scope) -> TeardownReport:
+    """Remove everything the scope admits in the swarm the engine in use
+    manages; an empty report when it is no swarm manager."""
+    try:
+        swarm = Swarm()
+    except BackendUnavailable:
+        return TeardownReport((), ())
+    try:
+        engines, unreachable = _reach(swarm)
+        return teardown(swarm.client, engines, scope, unreachable)
+    finally:
+        swarm.close()
