@@ -85,7 +85,8 @@ class SwarmBackend(Backend):
         self._caps: ShapingCapabilities | None = None
         self._resources: dict[str, tuple[int | None, int | None]] = {}
         self._constraints: dict[str, tuple[str, ...]] = {}
-        self._deferred: dict[str, NodeConfig] = {}
+        self._deferred: dict[str, NodeConfig] = {}  # first starts waiting for their tc program
+        self._launched: list[str] = []  # deferred starts made, not yet seen running
         self._tasks: dict[str, Task] = {}
         self._superseded: dict[str, set[str]] = {}  # a node's tasks from before its latest start
 
@@ -190,7 +191,10 @@ class SwarmBackend(Backend):
         config = self._deferred.pop(node, None)
         if config is not None:
             self._run(config)
-            self._await_running([node])
+            self._launched.append(node)
+        if self._launched and not self._deferred:  # the last one: started means running, as elsewhere
+            launched, self._launched = self._launched, []
+            self._await_running(launched)
         return [" ".join(c) for c in plan.commands] if plan else []
 
     def _shaping_file(self, node: str) -> Any:
@@ -282,8 +286,7 @@ class SwarmBackend(Backend):
         deadline = time.monotonic() + timeout
         while waiting:
             for node in sorted(waiting):
-                old = self._superseded.get(node, set())
-                task = next((t for t in self.swarm.tasks(service_name(self.testbed, node)) if t.id not in old), None)
+                task = self._latest(node)
                 if task is not None and task.running and task.published_port:
                     self._tasks[node] = task
                     waiting.discard(node)
@@ -300,24 +303,32 @@ class SwarmBackend(Backend):
     def _task(self, node: str) -> Task:
         task = self._tasks.get(node)
         if task is None or not task.running:
-            task = self.swarm.latest(service_name(self.testbed, node))
+            task = self._latest(node)
             if task is None:
                 raise TestbedError(f"node {node} of testbed {self.testbed!r} has no swarm task")
             self._tasks[node] = task
         return task
+
+    def _latest(self, node: str) -> Task | None:
+        """The node's newest task that its latest start made (None before
+        the swarm lists it)."""
+        old = self._superseded.get(node, set())
+        return next((t for t in self.swarm.tasks(service_name(self.testbed, node)) if t.id not in old), None)
 
     def control_client(self, node: str) -> ControlClient:
         """The control endpoint at the swarm node that runs the task, on the
         port the swarm published for it."""
         client = self._control_clients.get(node)
         if client is None:
-            task = self._task(node)
+            task = self._latest(node)
             token = (self.store.load(self.testbed) or {}).get("token", "")
-            # A task that is not running publishes no port: port 0 refuses at
-            # once, as a dead process's address does on the other backends.
-            client = ControlClient(self.swarm.address(task.node_id), task.published_port or 0, token)
-            if task.running:
+            # A task that is not running (yet) publishes no port: port 0
+            # refuses at once, as a dead process's address does elsewhere.
+            host = self.swarm.address(task.node_id) if task and task.node_id else "127.0.0.1"
+            client = ControlClient(host, (task.published_port if task else None) or 0, token)
+            if task is not None and task.running and task.published_port:
                 self._control_clients[node] = client
+                self._tasks[node] = task
         return client
 
     def _container(self, node: str, why: str) -> Any:
@@ -346,9 +357,15 @@ class SwarmBackend(Backend):
         self._container(node, "unpause").unpause()
 
     def is_running(self, node: str) -> bool:
-        task = self.swarm.latest(service_name(self.testbed, node))
-        if task is None or not task.running:
+        """Its newest task is on its way to running or runs (and its
+        container, where the engine can be asked, is not stopped)."""
+        task = self._latest(node)
+        if task is None:
+            return node in self._superseded  # started; the swarm does not list the task yet
+        if not task.live:
             return False
+        if not task.running:
+            return True
         try:
             return self.swarm.container(task, f"status of {node}").status in ("running", "paused", "restarting")
         except BackendUnavailable:

@@ -40,6 +40,11 @@ class Task:
         return self.state == "running"
 
     @property
+    def live(self) -> bool:
+        """On its way to running, or running (what a started node's process is)."""
+        return self.desired == "running" and not self.finished
+
+    @property
     def finished(self) -> bool:
         return self.state in ("complete", "shutdown", "failed", "rejected", "orphaned", "remove")
 
@@ -125,7 +130,12 @@ class Swarm:
 
     def tasks(self, service: str) -> list[Task]:
         """A service's tasks, newest first."""
-        raw = self.client.api.tasks(filters={"service": service})
+        import docker.errors  # noqa: PLC0415
+
+        try:
+            raw = self.client.api.tasks(filters={"service": service})
+        except docker.errors.NotFound:  # no such service (not created yet, or removed)
+            return []
         raw.sort(key=lambda t: (t.get("CreatedAt", ""), (t.get("Version") or {}).get("Index", 0)), reverse=True)
         return [_task(t) for t in raw if (t.get("ServiceID") and t.get("Status"))]
 
