@@ -230,6 +230,9 @@ class SwarmBackend(Backend):
         self._await_running([c.name for c in now])
 
     def _run(self, config: NodeConfig) -> None:
+        """Create the node's service, or update it for a start after stop or
+        kill (the lifecycle table only starts a stopped node; the swarm's
+        task state may lag the container's, so it is not asked)."""
         node = config.name
         self._tasks.pop(node, None)
         self._control_clients.pop(node, None)
@@ -255,8 +258,6 @@ class SwarmBackend(Backend):
         if service is None:
             api.create_service(template, name=name, labels=self.labels(node), endpoint_spec=task_spec.endpoint_spec())
             return
-        if previous is not None and previous.running:
-            raise TestbedError(f"node {node} is already running")
         template["ForceUpdate"] = int((service.attrs["Spec"]["TaskTemplate"].get("ForceUpdate") or 0)) + 1
         api.update_service(service.id, service.attrs["Version"]["Index"], task_template=template, name=name,
                            labels=self.labels(node), endpoint_spec=task_spec.endpoint_spec())
