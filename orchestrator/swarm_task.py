@@ -6,8 +6,9 @@ Why the router shapes its own links: the controller cannot `nsenter` a
 container on another host, so the kernel part of a node's shaping (the tc
 program orchestrator/tc.py generates) travels with the task and is applied
 inside it. The task starts as root with every capability dropped except
-NET_ADMIN (tc), CHOWN (hand /node to the router's uid) and SETUID/SETGID (to
-become that uid); the entry runs `tc -batch`, writes what it did to
+NET_ADMIN (tc), CHOWN (hand /node to the router's uid), SETUID/SETGID (to
+become that uid) and SETPCAP (to empty the bounding set: without it the four
+stay there, measured); the entry runs `tc -batch`, writes what it did to
 /node/shaping.json, then execs the router through `setpriv` as the
 unprivileged uid with no capabilities, an empty bounding set and
 no_new_privs. So the router never holds NET_ADMIN.
@@ -34,7 +35,7 @@ CONTROL_PORT = 4002
 CONFIG_FILE = "config.json"  # the secret's file name under /run/secrets
 SHAPING_ENV = "TESTBED_SHAPING"
 DEV = "@overlay"  # the tc device, resolved in the task to the interface on the overlay subnet
-TASK_CAPS = ["CAP_NET_ADMIN", "CAP_CHOWN", "CAP_SETUID", "CAP_SETGID"]
+TASK_CAPS = ["CAP_NET_ADMIN", "CAP_CHOWN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]
 DNS_WAIT_S = 30.0  # how long the entry waits for peers' names to resolve
 
 # The task's entry (python3 -c ENTRY node_dir config uid): root, the four
