@@ -45,6 +45,9 @@ ENTRY = r"""
 import ipaddress, json, os, socket, subprocess, sys, time
 node_dir, config, uid = sys.argv[1], sys.argv[2], int(sys.argv[3])
 plan = json.loads(os.environ.get("TESTBED_SHAPING") or "{}")
+# A restart finds the volume the router's uid owns; root has CHOWN, not DAC_OVERRIDE.
+for name in [""] + os.listdir(node_dir):
+    os.chown(os.path.join(node_dir, name), 0, 0)
 done = {"path": plan.get("path", "userspace"), "commands": 0, "unresolved": [], "error": None, "dev": None}
 
 def overlay_dev(subnet):
