@@ -37,9 +37,12 @@ def gc(
     as_json: bool = typer.Option(False, "--json", help="Print the listing (and what was removed) as JSON."),
 ) -> None:
     """Remove every gossip-testbed container, network and volume on the
-    Docker engine, from any state directory; lists them and asks first."""
-    from orchestrator.docker_teardown import Scope, find, summary, teardown  # noqa: PLC0415
+    Docker engine (and service, secret and overlay in its swarm), from any
+    state directory; lists them and asks first."""
+    from orchestrator.docker_teardown import Scope, TeardownReport, find, summary, teardown  # noqa: PLC0415
     from orchestrator.docker_util import docker_client  # noqa: PLC0415
+    from orchestrator.swarm_teardown import listed as swarm_listed  # noqa: PLC0415
+    from orchestrator.swarm_teardown import remove as swarm_remove  # noqa: PLC0415
     from orchestrator.state import check_name  # noqa: PLC0415
 
     if testbed is not None:
@@ -49,7 +52,11 @@ def gc(
     scope = Scope(testbed, str(state_dir.resolve()) if state_dir is not None else None)
     client = docker_client()
     try:
-        resources = find(client, scope).resources()
+        # Swarm objects first: their task containers and overlay carry the
+        # same labels, and only removing their services removes them.
+        in_swarm = swarm_listed(scope)
+        seen = {r.id for r in in_swarm}
+        resources = in_swarm + [r for r in find(client, scope).resources() if r.id not in seen]
         if not as_json:
             _print_listing(resources, scope.describe())
         if not resources or dry_run:
@@ -60,7 +67,9 @@ def gc(
         if not yes and not typer.confirm(f"remove {summary(resources)}?", default=False, err=True):
             err.print("nothing removed")
             raise typer.Exit(1)
-        report = teardown(client, scope, reporter=None if as_json else RichReporter(err))
+        first = swarm_remove(scope)
+        rest = teardown(client, scope, reporter=None if as_json else RichReporter(err))
+        report = TeardownReport(first.removed + rest.removed, first.left + rest.left)
     finally:
         client.close()
     if as_json:

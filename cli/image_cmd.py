@@ -1,6 +1,8 @@
-"""`testbed image build|ls`: the router image the Docker backend runs. `testbed
-up` builds it on first use; this command builds it ahead of time (and shows how
-long a build from nothing takes here)."""
+"""`testbed image build|ls|distribute|push`: the router image the Docker and
+swarm backends run. `testbed up` builds it on first use; `build` builds it
+ahead of time (and shows how long a build from nothing takes here);
+`distribute` and `push` bring it to the other nodes of a swarm
+(docs/swarm.md)."""
 
 from __future__ import annotations
 
@@ -12,11 +14,11 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.foreign import ADAPTERS, OURS, build_foreign_image
-from orchestrator.image import BASES, build_image, list_images
+from orchestrator.image import BASES, build_image, ensure_image, list_images
 from orchestrator.progress import Reporter, RichReporter
 
 console = Console()
-image_app = typer.Typer(help="Build and list the router image for the Docker backend.", no_args_is_help=True)
+image_app = typer.Typer(help="Build, list and distribute the router image for the Docker and swarm backends.", no_args_is_help=True)
 
 
 @image_app.command("build")
@@ -66,6 +68,60 @@ def ls(as_json: bool = typer.Option(False, "--json", help="Print the images as J
     for row in rows:
         table.add_row(", ".join(row["tags"]), row["id"], row["created"][:19], f"{row['size_bytes'] / 1e6:.0f} MB")
     console.print(table)
+
+
+@image_app.command("distribute")
+def distribute_cmd(
+    engine: list[str] = typer.Option(
+        [], "--engine", help="An engine URL to load the image into (tcp://host:2376, ssh://user@host); "
+                             "repeatable. Default: every TESTBED_SWARM_ENGINES entry."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """docker save | docker load the router image into other swarm nodes' engines."""
+    from orchestrator.docker_util import docker_client  # noqa: PLC0415
+    from orchestrator.errors import BackendUnavailable  # noqa: PLC0415
+    from orchestrator.swarm_image import distribute  # noqa: PLC0415
+
+    reporter = Reporter() if as_json else RichReporter(Console(stderr=True))
+    tag = ensure_image(reporter=reporter)
+    client = docker_client()
+    try:
+        with reporter.phase(f"loading {tag} into {len(engine) or 'the configured'} engine(s)"):
+            results = distribute(tag, client, engine)
+    finally:
+        client.close()
+    if as_json:
+        typer.echo(json.dumps([r.__dict__ for r in results], indent=1))
+    else:
+        for r in results:
+            console.print(f"{'ok' if r.ok else 'FAILED'}  {r.engine}  {r.image}  {r.detail}")
+    failed = [r.engine for r in results if not r.ok]
+    if failed:
+        raise BackendUnavailable(f"the image did not reach {', '.join(failed)}")
+
+
+@image_app.command("push")
+def push_cmd(
+    registry: str = typer.Argument(..., help="HOST[:PORT][/PATH] of a registry every swarm node can pull from."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Tag the router image under REGISTRY and push it; run the swarm
+    backend with TESTBED_SWARM_IMAGE set to the printed reference."""
+    from orchestrator.docker_util import docker_client  # noqa: PLC0415
+    from orchestrator.swarm_image import push  # noqa: PLC0415
+
+    reporter = Reporter() if as_json else RichReporter(Console(stderr=True))
+    tag = ensure_image(reporter=reporter)
+    client = docker_client()
+    try:
+        with reporter.phase(f"pushing {tag} to {registry}"):
+            ref = push(tag, registry, client)
+    finally:
+        client.close()
+    if as_json:
+        typer.echo(json.dumps({"image": tag, "pushed": ref, "env": f"TESTBED_SWARM_IMAGE={ref}"}, indent=1))
+    else:
+        console.print(f"pushed {ref}; run with TESTBED_SWARM_IMAGE={ref}")
 
 
 def register(app: typer.Typer) -> None:

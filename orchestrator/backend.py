@@ -102,6 +102,11 @@ class Backend(ABC):
         """Memory (e.g. "256m") and CPU limits for a node, before `prepare`.
         Backends that cannot enforce them (local processes) ignore them."""
 
+    def set_placement(self, node: str, constraints: Sequence[str]) -> None:
+        """Where a node may run (swarm placement constraints such as
+        "node.labels.zone==a"), before `prepare`; backends on one host
+        ignore them."""
+
     @abstractmethod
     def prepare(self, nodes: Sequence[str]) -> dict[str, NodeAddress]:
         """Create the network and allocate every node's addresses."""
@@ -199,6 +204,11 @@ class Backend(ABC):
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds each running router has used since it started; empty
         where the backend cannot tell (orchestrator/router_cpu.py)."""
+        return {}
+
+    def manifest_facts(self) -> dict[str, Any]:
+        """Backend-specific facts for manifest.json (read after
+        `collect_traces`), e.g. what each node's own shaping step applied."""
         return {}
 
     def isolation(self) -> dict[str, Any] | None:

@@ -1,5 +1,5 @@
 """The backend registry: backends by the names users give (`--backend
-process|docker`), the choice made when the user gives none, and the one
+process|docker|swarm`), the choice made when the user gives none, and the one
 place a new backend is added.
 
 Targets are "module:Class" strings imported lazily, so a backend whose module
@@ -18,8 +18,12 @@ import os
 from orchestrator.backend import Backend, BackendContext
 from orchestrator.errors import BackendUnavailable, InputError
 
+# Order is cleanup order for `down --all`: swarm before docker, since a
+# swarm's task containers and overlay carry the same labels and only the
+# swarm can remove them (by removing their services).
 BUILTIN_BACKENDS: dict[str, str] = {
     "process": "orchestrator.process_backend:ProcessBackend",
+    "swarm": "orchestrator.swarm_backend:SwarmBackend",
     "docker": "orchestrator.docker_backend:DockerBackend",
 }
 ENV_BACKENDS = "TESTBED_BACKENDS"

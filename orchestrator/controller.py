@@ -199,6 +199,8 @@ class Controller:
         for spec in resolved.nodes:
             if spec.memory or spec.cpus:
                 self.backend.set_resources(spec.name, spec.memory, spec.cpus)
+            if spec.placement:
+                self.backend.set_placement(spec.name, spec.placement)
         addresses = self.backend.prepare(names)
         self.caps = self.backend.shaping_capabilities()
         if self.caps.path != "netem":
@@ -430,9 +432,9 @@ class Controller:
             extra["node_facts"] = node_facts({n: st.router for n, st in self.nodes.items()}, self.caps)
         if self.foreign_outputs:
             extra["foreign_outputs"] = self.foreign_outputs
-        isolation = self.backend.isolation()
-        if isolation is not None:
+        if (isolation := self.backend.isolation()) is not None:
             extra["isolation"] = isolation
+        extra.update(self.backend.manifest_facts())
         if final:
             extra["wall_time_s"] = round((time.time_ns() - (t0 or time.time_ns())) / 1e9, 3)
             extra["event_loop_lag"], warning = lag_summary(read_lag_files(self.run_dir, list(self.nodes), lags or {}))

@@ -109,8 +109,9 @@ def _swarm(f: HostFacts) -> Check:
     if f.docker.version is None:
         return Check("swarm", SKIPPED, "no Docker daemon")
     if f.docker.swarm == "active":
-        return Check("swarm", OK, "swarm mode active")
-    cost = ("the swarm backend cannot run" if "swarm" in f.backends
+        return Check("swarm", OK, "swarm mode active: --backend swarm can run")
+    cost = ("--backend swarm cannot run (the docker backend is unaffected); one host: "
+            "docker swarm init --advertise-addr 127.0.0.1, several: docs/swarm.md" if "swarm" in f.backends
             else "nothing in this version (it has no swarm backend)")
     return Check("swarm", MISSING, f"swarm mode {f.docker.swarm or 'unknown'}", cost, "docker swarm init")
 

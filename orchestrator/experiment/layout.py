@@ -47,7 +47,7 @@ def nodes(exp: Experiment, seed: int) -> list[NodeSpec]:
                 topics=tuple(g.topics), seed=derive_seed(seed, "node", name),
                 region=g.regions[i % len(g.regions)] if g.regions else None,
                 uplink_bps=g.uplink_bps if g.uplink_bps is not None else exp.links.uplink_bps,
-                memory=g.memory, cpus=g.cpus,
+                memory=g.memory, cpus=g.cpus, placement=g.placement,
             ))
     return out
 

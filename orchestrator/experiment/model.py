@@ -32,6 +32,7 @@ class NodeSpec:
     uplink_bps: int | None = None
     memory: str | None = None
     cpus: float | None = None
+    placement: tuple[str, ...] = ()  # swarm placement constraints
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ class ResolvedExperiment:
             "name": self.name, "seed": self.seed,
             "nodes": [
                 [n.name, n.group, n.router, sorted(n.params.items()), list(n.topics), n.seed,
-                 n.region, n.uplink_bps, n.memory, n.cpus]
+                 n.region, n.uplink_bps, n.memory, n.cpus, list(n.placement)]
                 for n in self.nodes
             ],
             "edges": [list(e) for e in self.edges],

@@ -140,10 +140,14 @@ Topic = v.text_type("a topic name")
 
 
 class Resources(Part):
-    """Limits per node container (Docker backend)."""
+    """Limits per node container (Docker and swarm backends) and where a
+    node may run (swarm backend; other backends ignore it)."""
 
     memory: v.Memory | None = None
     cpus: v.number("a number of CPUs", ge=None, gt=0, le=v.MAX_CPUS) | None = None  # type: ignore[valid-type]
+    placement: list[v.Constraint] | None = Field(
+        None, description="swarm placement constraints, all of which a node's swarm node must meet "
+                          "(docs/swarm.md), e.g. ['node.labels.zone==a']")
 
 
 def router_params_schema(schema: dict[str, Any]) -> None:
@@ -207,6 +211,10 @@ class Group(Part):
     @property
     def cpus(self) -> float | None:
         return self.resources.cpus if self.resources else None
+
+    @property
+    def placement(self) -> tuple[str, ...]:
+        return tuple(self.resources.placement or ()) if self.resources else ()
 
     def node_names(self) -> list[str]:
         return [f"{self.prefix}{i}" for i in range(self.count)]

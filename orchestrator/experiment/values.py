@@ -225,6 +225,23 @@ Memory = Annotated[str, PlainValidator(_memory), WithJsonSchema({
 })]
 
 
+# A swarm placement constraint, as `docker service create --constraint` takes it.
+CONSTRAINT_RE = re.compile(r"^(node|engine)\.[A-Za-z0-9_.-]+ *(==|!=) *[^ ].*$")
+
+
+def _constraint(value: Any) -> str:
+    if not isinstance(value, str) or not CONSTRAINT_RE.match(value):
+        raise problem("expected a swarm placement constraint like 'node.labels.zone==a' or "
+                      f"'node.role!=manager', got {describe(value)}")
+    return value
+
+
+Constraint = Annotated[str, PlainValidator(_constraint), WithJsonSchema({
+    "description": "a swarm placement constraint (docker service create --constraint): node.labels.zone==a",
+    "type": "string", "pattern": CONSTRAINT_RE.pattern,
+})]
+
+
 def check_name(value: Any, what: str) -> str:
     if not isinstance(value, str) or not NAME_RE.match(value) or len(value) > 200:
         raise problem(
