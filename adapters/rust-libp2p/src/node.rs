@@ -26,6 +26,7 @@ pub const ROUTER: &str = "rust-libp2p";
 const CONTRACT_PORT: u16 = 9000;
 const MAX_PAYLOAD: u64 = 16 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+const REDIAL: Duration = Duration::from_millis(500);
 /// How long a graceful shutdown keeps the swarm running to send its PRUNEs.
 const FLUSH: Duration = Duration::from_millis(300);
 
@@ -260,8 +261,14 @@ impl Node {
             self.dialled.insert(peer, addr.clone());
         }
         let opts = match peer {
-            Some(peer) => DialOpts::peer_id(peer).addresses(vec![addr.clone()]).condition(PeerCondition::Always).build(),
-            None => DialOpts::unknown_peer_id().address(addr.clone()).build(),
+            // A new source port: reusing the listening port fails between
+            // nodes that all listen on the same port of different 127.0.0.x.
+            Some(peer) => DialOpts::peer_id(peer)
+                .addresses(vec![addr.clone()])
+                .condition(PeerCondition::Always)
+                .allocate_new_port()
+                .build(),
+            None => DialOpts::unknown_peer_id().address(addr.clone()).allocate_new_port().build(),
         };
         let id = opts.connection_id();
         match self.swarm.dial(opts) {
@@ -278,6 +285,20 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// A peer the script told us to connect to is redialled until it answers
+    /// (it may start after us), unless it is isolated or already connected.
+    fn redial_later(&mut self, peer: PeerId) {
+        let Some(addr) = self.dialled.get(&peer).cloned() else { return };
+        if self.blocked(&peer) || self.swarm.is_connected(&peer) {
+            return;
+        }
+        let commands = self.commands.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(REDIAL).await;
+            let _ = commands.send(Command::Dial { peer: Some(peer), addr, reply: None }).await;
+        });
     }
 
     fn subscribe(&mut self, topic: &str) {
@@ -555,6 +576,8 @@ impl Node {
                 eprintln!("dial {}: {error}", peer_id.map(|p| self.label(&p)).unwrap_or_default());
                 if let Some(reply) = self.pending.remove(&connection_id) {
                     let _ = reply.send(fail(format!("connect: {error}")));
+                } else if let Some(peer) = peer_id {
+                    self.redial_later(peer);
                 }
             }
             SwarmEvent::NewListenAddr { address, .. } => {

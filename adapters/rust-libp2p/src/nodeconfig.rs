@@ -13,7 +13,6 @@ use serde::Deserialize;
 /// A peer to dial and the peer id (base58) it must prove it has.
 #[derive(Debug, Clone, Deserialize)]
 pub struct PeerAddress {
-    pub name: String,
     pub host: String,
     pub port: u16,
     pub peer_id: String,

@@ -39,12 +39,11 @@ pub enum Instruction {
         #[serde(rename = "elapsedSeconds")]
         elapsed_seconds: u64,
     },
+    /// Accepted so test-plans' scripts load; this adapter validates at once.
     #[serde(rename = "setTopicValidationDelay")]
     SetTopicValidationDelay {
         #[serde(rename = "topicID")]
         topic_id: String,
-        #[serde(rename = "delaySeconds")]
-        delay_seconds: f64,
     },
     #[serde(rename = "ifNodeIDEquals")]
     IfNodeIdEquals {
