@@ -58,7 +58,8 @@ def start(binary: Path, workdir: Path, index: int, host: str,
              for i, h, p in dial]
     config = {"name": f"a{index}", "index": index, "listen_host": host, "listen_port": port,
               "control_host": host, "control_port": control, "token": TOKEN, "initial_peers": peers,
-              "message_id": "first-8-bytes"}
+              "message_id": "first-8-bytes",
+              "peer_names": {identity_for_index(i).peer_id_b58: f"a{i}" for i in (0, 1)}}
     script = [{"type": "initGossipSub", "gossipSubParams": {"HeartbeatInterval": 700_000_000}},
               {"type": "subscribeToTopic", "topicID": "t"},
               {"type": "connect", "connectTo": [i for i, _, _ in dial]}]
