@@ -38,6 +38,7 @@ from node.trace_vocab import (
     RECV_RPC,
     REJECT,
     REMOVE_PEER,
+    SEND_RPC,
 )
 
 VARINT, LEN = 0, 2
@@ -45,39 +46,52 @@ PAD = 16  # zero bytes after the buffer: a varint read near the end stays inside
 MAX_ROUNDS = 4096  # fields per message read here; a longer message (a huge IHAVE) goes to protobuf
 SUB_FIELD_OFFSET = 4  # TraceEvent's sub-message for type t is field t + 4 (publishMessage = 4 ... prune = 16)
 
-# field number -> wire type, and the repeated ones, per message of trace.proto
-TRACE_EVENT = {1: VARINT, 2: LEN, 3: VARINT, **{t + SUB_FIELD_OFFSET: LEN for t in range(13)}}
-PUBLISH_EVENT = {1: LEN, 2: LEN}  # id, topic
-SEEN_EVENT = {1: LEN, 2: LEN, 3: LEN}  # Duplicate (id, from, topic), Deliver (id, topic, from)
-PEER_EVENT = {1: LEN, 2: LEN}  # AddPeer (peer, proto), Graft/Prune (peer, topic)
-REMOVE_PEER_EVENT = {1: LEN}
-JOIN_EVENT = {1: LEN}
-LEAVE_EVENT = {2: LEN}
-RPC_EVENT = {1: LEN, 2: LEN, 100: VARINT}  # Recv/Send/DropRPC: peer, meta, size (our extension)
-RPC_META = {1: LEN, 2: LEN, 3: LEN}
-MESSAGE_META = {1: LEN, 2: LEN}
-SUB_META = {1: VARINT, 2: LEN}
-CONTROL_META = {1: LEN, 2: LEN, 3: LEN, 4: LEN}
-IHAVE_META = {1: LEN, 2: LEN}
-IWANT_META = {1: LEN}
-GRAFT_META = {1: LEN}
-PRUNE_META = {1: LEN, 2: LEN}
+# A message's schema: field number -> wire type, and which fields repeat.
+Schema = tuple[dict[int, int], frozenset[int]]
+NONE: Schema = ({}, frozenset())
+TRACE_EVENT: Schema = ({1: VARINT, 2: LEN, 3: VARINT, **{t + SUB_FIELD_OFFSET: LEN for t in range(13)}}, frozenset())
+RPC_EVENT: Schema = ({1: LEN, 2: LEN, 100: VARINT}, frozenset())  # peer, meta, size (our extension)
+# TraceEvent's sub-message per event type (REJECT_MESSAGE is left to protobuf)
+SUB_EVENT: list[Schema] = [
+    ({1: LEN, 2: LEN}, frozenset()),  # PublishMessage: id, topic
+    NONE,  # RejectMessage
+    ({1: LEN, 2: LEN, 3: LEN}, frozenset()),  # DuplicateMessage: id, from, topic
+    ({1: LEN, 2: LEN, 3: LEN}, frozenset()),  # DeliverMessage: id, topic, from
+    ({1: LEN, 2: LEN}, frozenset()),  # AddPeer: peer, proto
+    ({1: LEN}, frozenset()),  # RemovePeer
+    RPC_EVENT, RPC_EVENT, RPC_EVENT,  # RecvRPC, SendRPC, DropRPC
+    ({1: LEN}, frozenset()),  # Join: topic
+    ({2: LEN}, frozenset()),  # Leave: topic
+    ({1: LEN, 2: LEN}, frozenset()),  # Graft: peer, topic
+    ({1: LEN, 2: LEN}, frozenset()),  # Prune: peer, topic
+]
+RPC_META: Schema = ({1: LEN, 2: LEN, 3: LEN}, frozenset({1, 2}))
+MESSAGE_META: Schema = ({1: LEN, 2: LEN}, frozenset())
+SUB_META: Schema = ({1: VARINT, 2: LEN}, frozenset())
+CONTROL_META: Schema = ({1: LEN, 2: LEN, 3: LEN, 4: LEN}, frozenset({1, 2, 3, 4}))
+# ControlMeta's entries by its field number - 1: IHave, IWant, Graft, Prune
+CONTROL_ENTRY: list[Schema] = [
+    ({1: LEN, 2: LEN}, frozenset({2})),  # topic, message ids
+    ({1: LEN}, frozenset({1})),  # message ids
+    ({1: LEN}, frozenset()),  # topic
+    ({1: LEN, 2: LEN}, frozenset({2})),  # topic, peers
+]
 
-# where each event type keeps (message id, topic, peer) in its sub-message; 0 = not read
-_MSG_TOPIC_PEER = {
-    PUBLISH: (1, 2, 0),
-    DUPLICATE: (1, 3, 2),
-    DELIVER: (1, 2, 3),
-    ADD_PEER: (0, 0, 1),
-    REMOVE_PEER: (0, 0, 1),
-    JOIN: (0, 1, 0),
-    LEAVE: (0, 2, 0),
-    GRAFT: (0, 2, 1),
-    PRUNE: (0, 2, 1),
-}
-_SCHEMA_OF = {PUBLISH: PUBLISH_EVENT, DUPLICATE: SEEN_EVENT, DELIVER: SEEN_EVENT, ADD_PEER: PEER_EVENT,
-              REMOVE_PEER: REMOVE_PEER_EVENT, JOIN: JOIN_EVENT, LEAVE: LEAVE_EVENT, GRAFT: PEER_EVENT,
-              PRUNE: PEER_EVENT}
+
+def _by_type(pairs: dict[int, int]) -> np.ndarray:
+    out = np.zeros(13, dtype=np.int64)
+    for t, num in pairs.items():
+        out[t] = num
+    return out
+
+
+# the sub-message field each event type keeps its message id, topic, peer and
+# another string protobuf checks in; 0 = none
+MSG_FIELD = _by_type({PUBLISH: 1, DUPLICATE: 1, DELIVER: 1})
+TOPIC_FIELD = _by_type({PUBLISH: 2, DUPLICATE: 3, DELIVER: 2, JOIN: 1, LEAVE: 2, GRAFT: 2, PRUNE: 2})
+PEER_FIELD = _by_type({DUPLICATE: 2, DELIVER: 3, ADD_PEER: 1, REMOVE_PEER: 1, GRAFT: 1, PRUNE: 1,
+                       RECV_RPC: 1, SEND_RPC: 1, DROP_RPC: 1})
+OTHER_STRING_FIELD = _by_type({ADD_PEER: 2})
 
 
 def as_bytes_array(buf: bytes) -> np.ndarray:
@@ -122,8 +136,12 @@ class Fields:
 
     def single(self, num: int, n: int) -> np.ndarray:
         """Per message, the index of its field `num`, or -1."""
-        at = np.full(n, -1, dtype=np.int64)
-        idx = self.of(num)
+        return self.pick(np.full(n, num, dtype=np.int64))
+
+    def pick(self, nums: np.ndarray) -> np.ndarray:
+        """Per message i, the index of its (singular) field numbered nums[i], or -1."""
+        at = np.full(len(nums), -1, dtype=np.int64)
+        idx = np.flatnonzero(self.num == nums[self.owner])
         at[self.owner[idx]] = idx
         return at
 
@@ -131,15 +149,21 @@ class Fields:
         return np.bincount(self.owner[self.of(num)], minlength=n)
 
 
-def fields(u8: np.ndarray, start: np.ndarray, end: np.ndarray, schema: dict[int, int],
-           repeated: frozenset[int] = frozenset()) -> Fields:
-    """Every field of the messages u8[start[i]:end[i]], read in rounds; a
-    message with a field `schema` does not list (or with another wire type),
-    a malformed field, or a singular field twice is marked bad."""
+def fields(u8: np.ndarray, start: np.ndarray, end: np.ndarray, schemas: list[Schema],
+           kind: np.ndarray | None = None) -> Fields:
+    """Every field of the messages u8[start[i]:end[i]], message i having the
+    schema schemas[kind[i]] (kind: all 0 when not given), read in rounds; a
+    message with a field its schema does not list (or with another wire
+    type), a malformed field, or a singular field twice is marked bad."""
     n = len(start)
-    want = np.full(max(schema) + 1, -1, dtype=np.int64)
-    for num, wt in schema.items():
-        want[num] = wt
+    kind = np.zeros(n, dtype=np.int64) if kind is None else kind
+    top = max((max(sc) for sc, _ in schemas if sc), default=0) + 1
+    want = np.full((len(schemas), top), -1, dtype=np.int64)
+    singular = np.zeros((len(schemas), top), dtype=bool)
+    for k, (sc, repeated) in enumerate(schemas):
+        for num, wt in sc.items():
+            want[k, num] = wt
+            singular[k, num] = num not in repeated
     bad = np.zeros(n, dtype=bool)
     cur = start.astype(np.int64)
     end = end.astype(np.int64)
@@ -154,9 +178,9 @@ def fields(u8: np.ndarray, start: np.ndarray, end: np.ndarray, schema: dict[int,
         tag, p1, ok = varints(u8, cur[act])
         num = (tag >> np.uint64(3)).astype(np.int64)
         wt = (tag & np.uint64(7)).astype(np.int64)
-        ok &= (tag >> np.uint64(3)) < np.uint64(len(want))
+        ok &= (tag >> np.uint64(3)) < np.uint64(top)
         num = np.where(ok, num, 0)
-        ok &= want[num] == wt
+        ok &= want[kind[act], num] == wt
         val, p2, ok2 = varints(u8, p1)
         is_len = wt == LEN
         ln = np.where(is_len, np.minimum(val, np.uint64(1 << 40)).astype(np.int64), -1)
@@ -172,8 +196,9 @@ def fields(u8: np.ndarray, start: np.ndarray, end: np.ndarray, schema: dict[int,
     else:
         owner = num = off = ln = np.zeros(0, dtype=np.int64)
         val = np.zeros(0, dtype=np.uint64)
-    for k in schema.keys() - repeated:
-        bad |= np.bincount(owner[num == k], minlength=n) > 1
+    once = singular[kind[owner], num]
+    for k in np.unique(num[once]).tolist():
+        bad |= np.bincount(owner[once & (num == k)], minlength=n) > 1
     return Fields(owner, num, val, off, ln, bad)
 
 
@@ -240,7 +265,7 @@ def decode(u8: np.ndarray, start: np.ndarray, end: np.ndarray, peer_name: Callab
     """Decode the TraceEvent payloads u8[start[i]:end[i]]; `peer_name` maps
     peer id bytes to a name (None for empty)."""
     n = len(start)
-    top = fields(u8, start, end, TRACE_EVENT)
+    top = fields(u8, start, end, [TRACE_EVENT])
     slow = top.bad.copy()
     at_type, at_peer, at_ts = top.single(1, n), top.single(2, n), top.single(3, n)
     slow |= (at_type < 0) | (at_ts < 0)
@@ -248,71 +273,53 @@ def decode(u8: np.ndarray, start: np.ndarray, end: np.ndarray, peer_name: Callab
     slow |= (typ < 0) | (typ > 12) | (typ == REJECT)  # unknown types, and the rare REJECT: protobuf's
     # exactly one sub-message, the one the type names
     subs = np.flatnonzero(top.num >= SUB_FIELD_OFFSET)
-    sub_count = np.bincount(top.owner[subs], minlength=n)
     at_sub = np.full(n, -1, dtype=np.int64)
     at_sub[top.owner[subs]] = subs
-    slow |= sub_count != 1
+    slow |= np.bincount(top.owner[subs], minlength=n) != 1
     slow |= np.where(at_sub >= 0, top.num[at_sub] - SUB_FIELD_OFFSET, -1) != typ
-    ok = ~slow
-    sub_off = np.where(ok, top.off[at_sub], 0)
-    sub_end = np.where(ok, sub_off + top.ln[at_sub], 0)
+    recs = np.flatnonzero(~slow)
+    rtyp = typ[recs]
+    sub = fields(u8, top.off[at_sub[recs]], top.off[at_sub[recs]] + top.ln[at_sub[recs]], SUB_EVENT, rtyp)
+    slow[recs[sub.bad]] = True
 
-    msg_off = np.zeros(n, dtype=np.int64)
-    msg_ln = np.zeros(n, dtype=np.int64)
-    has_msg = np.zeros(n, dtype=bool)
-    topic_off = np.zeros(n, dtype=np.int64)
-    topic_ln = np.zeros(n, dtype=np.int64)
-    has_topic = np.zeros(n, dtype=bool)
-    peer_off = np.zeros(n, dtype=np.int64)
-    peer_ln = np.zeros(n, dtype=np.int64)
-    has_peer = np.zeros(n, dtype=bool)
-    strings: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (record, off, ln) of other strings
+    def column(field_of_type: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(offset, length, present) per record of the sub-message field its
+        type names; absent in a type that names one: empty, protobuf's default."""
+        off = np.zeros(n, dtype=np.int64)
+        ln = np.zeros(n, dtype=np.int64)
+        has = np.zeros(n, dtype=bool)
+        nums = field_of_type[rtyp]
+        at = sub.pick(nums)
+        found = at >= 0
+        off[recs[found]] = sub.off[at[found]]
+        ln[recs[found]] = sub.ln[at[found]]
+        has[recs[nums > 0]] = True
+        return off, ln, has
 
-    def take(recs: np.ndarray, f: Fields, num: int, off: np.ndarray, ln: np.ndarray, has: np.ndarray) -> None:
-        """Column slot of `recs` <- their field `num` (absent: empty, as protobuf's default)."""
-        at = f.single(num, len(recs))
-        present = at >= 0
-        off[recs[present]] = f.off[at[present]]
-        ln[recs[present]] = f.ln[at[present]]
-        has[recs] = True
-
-    for t, schema_t in _SCHEMA_OF.items():
-        recs = np.flatnonzero(ok & (typ == t))
-        if not recs.size:
-            continue
-        f = fields(u8, sub_off[recs], sub_end[recs], schema_t)
-        slow[recs[f.bad]] = True
-        m, tp, pr = _MSG_TOPIC_PEER[t]
-        if m:
-            take(recs, f, m, msg_off, msg_ln, has_msg)
-        if tp:
-            take(recs, f, tp, topic_off, topic_ln, has_topic)
-        if pr:
-            take(recs, f, pr, peer_off, peer_ln, has_peer)
-        if t == ADD_PEER:  # AddPeer.proto: a string no column shows
-            _strings_of(f, 2, recs, strings)
+    msg_off, msg_ln, has_msg = column(MSG_FIELD)
+    topic_off, topic_ln, has_topic = column(TOPIC_FIELD)
+    peer_off, peer_ln, has_peer = column(PEER_FIELD)
+    other_off, other_ln, _ = column(OTHER_STRING_FIELD)
+    present = sub.pick(OTHER_STRING_FIELD[rtyp]) >= 0
+    strings: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [  # (record, off, ln) of strings no column shows
+        (recs[present], other_off[recs[present]], other_ln[recs[present]])
+    ]
 
     counts = {c: np.zeros(n, dtype=np.int32) for c in
               ("n_msgs", "n_subs", "n_ihave", "n_ihave_ids", "n_iwant", "n_iwant_ids", "n_graft", "n_prune")}
     size = np.zeros(n, dtype=np.int64)
     has_size = np.zeros(n, dtype=bool)
-    rpc = np.flatnonzero(ok & (typ >= RECV_RPC) & (typ <= DROP_RPC))
-    if rpc.size:
-        f = fields(u8, sub_off[rpc], sub_end[rpc], RPC_EVENT)
-        slow[rpc[f.bad]] = True
-        take(rpc, f, 1, peer_off, peer_ln, has_peer)
-        at = f.single(100, len(rpc))
-        sized = at >= 0
-        big = np.zeros(len(rpc), dtype=bool)
-        big[sized] = f.val[at[sized]] >= np.uint64(1 << 32)
-        slow[rpc[big]] = True  # uint32 overflow: protobuf's rule
-        size[rpc[sized]] = f.val[at[sized]].astype(np.int64)
-        has_size[rpc[sized]] = True
-        at_meta = f.single(2, len(rpc))
-        meta_recs = rpc[at_meta >= 0]
-        mi = at_meta[at_meta >= 0]
-        _rpc_meta(u8, meta_recs, f.off[mi], f.off[mi] + f.ln[mi], counts, slow, strings,
-                  msg_off, msg_ln, has_msg)
+    is_rpc = (rtyp >= RECV_RPC) & (rtyp <= DROP_RPC)
+    at = sub.pick(np.where(is_rpc, 100, 0))
+    sized = at >= 0
+    slow[recs[sized][sub.val[at[sized]] >= np.uint64(1 << 32)]] = True  # uint32 overflow: protobuf's rule
+    size[recs[sized]] = sub.val[at[sized]].astype(np.int64)
+    has_size[recs[sized]] = True
+    at = sub.pick(np.where(is_rpc, 2, 0))
+    with_meta = at >= 0
+    mi = at[with_meta]
+    _rpc_meta(u8, recs[with_meta], sub.off[mi], sub.off[mi] + sub.ln[mi], counts, slow, strings,
+              msg_off, msg_ln, has_msg)
 
     # strings protobuf checks but no column shows
     if strings:
@@ -352,12 +359,12 @@ def _rpc_meta(u8, recs, start, end, counts, slow, strings, msg_off, msg_ln, has_
     """RPCMeta of RPC events `recs`: entry counts, the first message's id, and
     every nested message checked."""
     n = len(recs)
-    meta = fields(u8, start, end, RPC_META, repeated=frozenset({1, 2}))
+    meta = fields(u8, start, end, [RPC_META])
     slow[recs[meta.bad]] = True
     counts["n_msgs"][recs] = meta.count(1, n)
     counts["n_subs"][recs] = meta.count(2, n)
     mm = meta.of(1)
-    mf = fields(u8, meta.off[mm], meta.off[mm] + meta.ln[mm], MESSAGE_META)
+    mf = fields(u8, meta.off[mm], meta.off[mm] + meta.ln[mm], [MESSAGE_META])
     slow[recs[meta.owner[mm[mf.bad]]]] = True
     _strings_of(mf, 2, recs[meta.owner[mm]], strings)
     # the first message entry of each meta: its id (absent: empty)
@@ -368,28 +375,28 @@ def _rpc_meta(u8, recs, start, end, counts, slow, strings, msg_off, msg_ln, has_
     msg_ln[recs[first_owner[with_id]]] = mf.ln[id_at[with_id]]
     has_msg[recs[first_owner]] = True
     sm = meta.of(2)
-    sf = fields(u8, meta.off[sm], meta.off[sm] + meta.ln[sm], SUB_META)
+    sf = fields(u8, meta.off[sm], meta.off[sm] + meta.ln[sm], [SUB_META])
     slow[recs[meta.owner[sm[sf.bad]]]] = True
     _strings_of(sf, 2, recs[meta.owner[sm]], strings)
     cm = meta.of(3)
     if not cm.size:
         return
     crecs = recs[meta.owner[cm]]
-    ctl = fields(u8, meta.off[cm], meta.off[cm] + meta.ln[cm], CONTROL_META, repeated=frozenset({1, 2, 3, 4}))
+    ctl = fields(u8, meta.off[cm], meta.off[cm] + meta.ln[cm], [CONTROL_META])
     slow[crecs[ctl.bad]] = True
     for num, name in ((1, "n_ihave"), (2, "n_iwant"), (3, "n_graft"), (4, "n_prune")):
         counts[name][crecs] = ctl.count(num, len(cm))
-    for num, schema, ids, name in ((1, IHAVE_META, 2, "n_ihave_ids"), (2, IWANT_META, 1, "n_iwant_ids"),
-                                   (3, GRAFT_META, 0, ""), (4, PRUNE_META, 0, "")):
-        at = ctl.of(num)
-        owners = crecs[ctl.owner[at]]
-        rep = frozenset({2}) if num in (1, 4) else frozenset({1}) if num == 2 else frozenset()
-        sub = fields(u8, ctl.off[at], ctl.off[at] + ctl.ln[at], schema, repeated=rep)
-        slow[owners[sub.bad]] = True
-        if num != 2:
-            _strings_of(sub, 1, owners, strings)
-        if name:
-            np.add.at(counts[name], owners, sub.count(ids, len(at)).astype(np.int32))
+    entry_kind = ctl.num - 1
+    owners = crecs[ctl.owner]
+    entries = fields(u8, ctl.off, ctl.off + ctl.ln, CONTROL_ENTRY, entry_kind)
+    slow[owners[entries.bad]] = True
+    topic_at = entries.pick(np.where(entry_kind == 1, 0, 1))  # every entry but IWant has a topic
+    has_topic = topic_at >= 0
+    strings.append((owners[has_topic], entries.off[topic_at[has_topic]], entries.ln[topic_at[has_topic]]))
+    ids = entries.num == np.array([2, 1, 0, 0])[entry_kind[entries.owner]]  # IHave's and IWant's message ids
+    for kind, name in ((0, "n_ihave_ids"), (1, "n_iwant_ids")):
+        per_entry = np.bincount(entries.owner[ids & (entry_kind[entries.owner] == kind)], minlength=len(owners))
+        np.add.at(counts[name], owners, per_entry.astype(np.int32))
 
 
 def _strings_of(f: Fields, num: int, owner_recs: np.ndarray, strings: list) -> None:
