@@ -235,6 +235,19 @@ def _resync(buf: bytes, pos: int, max_len: int) -> int:
     return len(buf)
 
 
+def _past_damage(buf: bytes, pos: int, tally: _Tally) -> int:
+    """No record at `pos`: counts the damage and returns where reading
+    resumes (the end when the file was cut inside a record)."""
+    if tally.records and _cut_record(buf, pos, MAX_TRACE_EVENT):  # after a record, not in noise
+        tally.truncated = True
+        tally.bytes_skipped += len(buf) - pos
+        return len(buf)
+    nxt = _resync(buf, pos, MAX_TRACE_EVENT)
+    tally.corrupt += 1
+    tally.bytes_skipped += nxt - pos
+    return nxt
+
+
 def _pb_events(path: Path, tally: _Tally) -> Iterator:
     buf = path.read_bytes()
     pos = 0
@@ -245,14 +258,7 @@ def _pb_events(path: Path, tally: _Tally) -> Iterator:
             tally.records += 1
             yield ev
             continue
-        if tally.records and _cut_record(buf, pos, MAX_TRACE_EVENT):  # after a record, not in noise
-            tally.truncated = True
-            tally.bytes_skipped += len(buf) - pos
-            return
-        nxt = _resync(buf, pos, MAX_TRACE_EVENT)
-        tally.corrupt += 1
-        tally.bytes_skipped += nxt - pos
-        pos = nxt
+        pos = _past_damage(buf, pos, tally)
 
 
 def _json_events(path: Path, tally: _Tally) -> Iterator:
@@ -413,14 +419,7 @@ def _pb_table(path: Path, names: PeerNames, default_node: str | None, tally: _Ta
         pos = int(starts[cut]) if cut < len(starts) else stop
         if pos >= len(buf):
             break
-        if tally.records and _cut_record(buf, pos, MAX_TRACE_EVENT):  # after a record, not in noise
-            tally.truncated = True
-            tally.bytes_skipped += len(buf) - pos
-            break
-        nxt = _resync(buf, pos, MAX_TRACE_EVENT)
-        tally.corrupt += 1
-        tally.bytes_skipped += nxt - pos
-        pos = nxt
+        pos = _past_damage(buf, pos, tally)
     table = pa.concat_tables([*pieces, rows_table(slow_rows)]) if pieces else rows_table(slow_rows)
     if slow_rows or len(pieces) > 1:
         table = table.sort_by("seq")
