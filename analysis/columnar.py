@@ -342,7 +342,7 @@ def decode(u8: np.ndarray, start: np.ndarray, end: np.ndarray, peer_name: Callab
     size_col = pa.Array.from_buffers(pa.int64(), n, [_validity(has_size), pa.py_buffer(size)])
     cols = {
         "node": node_col,
-        "type": pa.array(typ.astype(np.int32)),
+        "type": pa.array(np.where(keep, typ, 0).astype(np.int8)),  # slow rows (any type) are dropped
         "ts": pa.array(np.where(at_ts >= 0, top.val[np.maximum(at_ts, 0)], 0).astype(np.int64)),
         "seq": pa.array(np.arange(n, dtype=np.int64)),
         "msg": msg_col,

@@ -122,6 +122,7 @@ def odd_records() -> list[bytes]:
     g.graft.peerID, g.graft.topic = peer, "t"
     out.append(frame(g))
     out.append(frame(b"\x08\x0d\x12\x02me\x18\x05"))  # type 13: not a record
+    out.append(frame(b"\x08\xc8\x01\x12\x02me\x18\x05"))  # type 200: nor this
     out.append(frame(d))
     return out
 
@@ -130,7 +131,7 @@ def test_odd_records_read_alike(tmp_path):
     path = tmp_path / "odd.pb"
     path.write_bytes(b"".join(odd_records()))
     report = assert_same(path, tmp_path)
-    assert report.corrupt == 1  # the type-13 record
+    assert report.corrupt == 1  # the type-13 and type-200 records, side by side
 
 
 @pytest.mark.parametrize("seed", range(12))
