@@ -61,6 +61,14 @@ fi
 
 scripts/pylibp2p-venv.sh || echo "bootstrap: could not make .venv-pylibp2p; the py-libp2p interop tests will be skipped" >&2
 
+# The rust-libp2p adapter (adapters/rust-libp2p), built where cargo is, into
+# the shared cache (orchestrator/image_rust.py), so tests and runs find it.
+# Optional: without cargo or on failure set-up goes on and it is unavailable.
+if command -v cargo >/dev/null; then
+  .venv/bin/python -c 'from orchestrator.image_rust import build_rust_adapter; build_rust_adapter()' ||
+    echo "bootstrap: could not build the rust-libp2p adapter; the rust-libp2p router is unavailable" >&2
+fi
+
 # The router image for the Docker backend is built here, where set-up may
 # download (wheels from PyPI, a Debian base by debootstrap where no registry
 # answers), so that runs never do. Content-hashed: a no-op when up to date.

@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analysis.implementations import declared, per_implementation
 from analysis.rundir import RunDir
 from node.trace_vocab import (
     ADD_PEER,
@@ -659,7 +660,7 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     XD = lower_bound(spark, deliveries(X, Dl), edges, sources).persist(StorageLevel.MEMORY_AND_DISK)
 
     step("deliveries table")
-    _write_spark(
+    deliveries_pd = _write_spark(
         XD.select(
             "msg", "topic", "node", "publish_ts", "deliver_ts", "delivered", "latency_ms", "lower_bound_ms", "stretch"
         ),
@@ -718,7 +719,7 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     for df in (U, XD, Dl, M, E):
         df.unpersist()
 
-    return summarize(
+    summary = summarize(
         run, ctx, per_node, nodes_df, msg_pd, with_exp, lat, qs, mesh_samples, recovery,
         unexpected=int(unexpected),
         has_lb=bool(edges),
@@ -729,6 +730,9 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
             "messages_propagating_at_end": int(in_flight_msgs),
         },
     )
+    if declared(run.topology_nodes()):
+        summary["implementations"] = per_implementation(run.topology_nodes(), nodes_df, per_node, deliveries_pd)
+    return summary
 
 
 def _size_session(spark, n_events: int) -> None:

@@ -398,6 +398,42 @@ def _summary_table(s: dict[str, Any]) -> str:
     return f'<div class="two">{rows}{rows2}</div>{exp_html}'
 
 
+IMPLEMENTATION_ROWS = [
+    ("nodes", "nodes"),
+    ("delivery ratio (as receivers)", "delivery_ratio"),
+    ("latency p50 ms (as receivers)", "latency_p50_ms"),
+    ("latency p99 ms (as receivers)", "latency_p99_ms"),
+    ("duplicates per delivery", "duplicates_per_delivery"),
+    ("RPCs sent", "rpcs_sent"),
+    ("bytes sent", "bytes_sent"),
+    ("trace events recorded", "trace_events"),
+]
+
+
+def _implementations_table(s: dict[str, Any]) -> str:
+    """The implementations of a mixed run side by side (issue 12); a figure
+    an implementation's traces cannot supply reads "unavailable", never 0.
+    Nothing for a run of one implementation."""
+    impls = s.get("implementations") or {}
+    if len(impls) < 2:
+        return ""
+
+    def cell(fig: dict[str, Any], key: str) -> str:
+        if key in fig.get("unavailable", ()):
+            return '<td class="muted">unavailable</td>'
+        v = fig.get(key)
+        if key == "trace_events":
+            return f"<td>{esc('all (go-format trace)' if v is None else ', '.join(v))}</td>"
+        return f"<td>{esc(fmt(v))}</td>"
+
+    head = "".join(f"<th>{esc(name)}</th>" for name in impls)
+    rows = "".join(
+        f"<tr><th>{esc(label)}</th>{''.join(cell(fig, key) for fig in impls.values())}</tr>"
+        for label, key in IMPLEMENTATION_ROWS
+    )
+    return f'<h3>Implementations</h3><table class="grid-t"><tr><th></th>{head}</tr>{rows}</table>'
+
+
 def _recovery_table(s: dict[str, Any]) -> str:
     rec = s.get("recovery") or []
     if not rec:
@@ -537,7 +573,7 @@ def _run_section(d: dict[str, Any], idx: int, heading: bool) -> str:
     return (
         f'<section class="run" id="run-{idx}">{title}{_banners(d)}'
         f"<h3>Experiment and manifest</h3>{_experiment(d)}"
-        f"<h3>Summary</h3>{_cards(s)}{_summary_table(s)}"
+        f"<h3>Summary</h3>{_cards(s)}{_summary_table(s)}{_implementations_table(s)}"
         f'<h3>Charts</h3><div class="charts">{charts}</div>'
         f"<h3>Recovery after churn</h3>{_recovery_table(s)}"
         f"<h3>Fidelity</h3>{_fidelity(d)}</section>"

@@ -5,7 +5,9 @@ through a Spark Connect server (`testbed spark start`; the second of two
 analyses), and a plain single-process pandas/pyarrow baseline computing the
 same headline figures, checked to agree. For each size: a synthetic run
 directory with N trace events; wall time and peak RSS of the whole process
-tree (CLI, JVM, decoding workers; the Connect server's tree too).
+tree (CLI, JVM, decoding workers; the Connect server's tree too), CPU
+seconds of the same trees, and the load average (the box is shared: wall
+time is inflated by other jobs, CPU time much less).
 
     .venv/bin/python bench/bench_analysis.py                     # 3k, 1M, 10M events
     .venv/bin/python bench/bench_analysis.py --events 3000,1000000
@@ -26,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -121,38 +124,57 @@ def generate(root: Path, events: int, nodes: int = 200, seed: int = 1) -> dict:
 # --------------------------------------------------------------------------- memory
 
 
-def _tree_rss(pids: list[int]) -> int:
-    total = 0
+def _tree(pids: list[int]) -> dict[int, tuple[int, float]]:
+    """pid -> (RSS bytes, CPU seconds so far) of the processes in these trees."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[int, float]] = {}
     stack = list(pids)
     while stack:
         p = stack.pop()
         try:
+            rss = 0
             with open(f"/proc/{p}/status") as f:
                 for line in f:
                     if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
+                        rss = int(line.split()[1]) * 1024
                         break
+            with open(f"/proc/{p}/stat") as f:
+                stat = f.read().rsplit(")", 1)[1].split()
+            out[p] = (rss, (int(stat[11]) + int(stat[12])) / tick)
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     stack.extend(int(c) for c in f.read().split())
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
+        except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError, ValueError):
             continue
-    return total
+    return out
 
 
 class PeakRss:
     """Peak RSS of this process and all its descendants (and of `extra` process
-    trees, e.g. a Connect server), sampled every 100 ms."""
+    trees, e.g. a Connect server), and the CPU seconds they spent meanwhile
+    (each process's last sample, less what it had spent before), sampled
+    every 100 ms."""
 
     def __init__(self, extra: list[int] | None = None) -> None:
         self.pids = [os.getpid(), *(extra or [])]
         self.peak = 0
+        self._before = {p: cpu for p, (_, cpu) in _tree(self.pids).items()}
+        self._cpu: dict[int, float] = {}
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
+    @property
+    def cpu(self) -> float:
+        return sum(c - self._before.get(p, 0.0) for p, c in self._cpu.items())
+
+    def _sample(self) -> None:
+        tree = _tree(self.pids)
+        self.peak = max(self.peak, sum(rss for rss, _ in tree.values()))
+        self._cpu.update({p: cpu for p, (_, cpu) in tree.items()})
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, _tree_rss(self.pids))
+            self._sample()
             self._stop.wait(0.1)
 
     def __enter__(self) -> PeakRss:
@@ -162,7 +184,7 @@ class PeakRss:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._t.join()
-        self.peak = max(self.peak, _tree_rss(self.pids))
+        self._sample()
 
 
 # --------------------------------------------------------------------------- baseline
@@ -211,15 +233,37 @@ BARE_START = (
 )
 
 
-def timed(argv: list[str], env: dict[str, str], extra: list[int] | None = None) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS of the tree and stdout of one command."""
-    with PeakRss(extra) as mem:
+@dataclass(frozen=True)
+class Timing:
+    """One measured command: wall and CPU seconds (its process tree, and the
+    Connect server's when it worked for it), peak RSS, the 1-minute load
+    average when it ended (the box is shared: wall time is inflated)."""
+
+    wall: float
+    cpu: float
+    rss: int
+    load: float
+    stdout: str = ""
+
+
+def timed(argv: list[str], env: dict[str, str], server: int | None = None) -> Timing:
+    """Run one command; its Timing (the Connect server's tree counted too when given)."""
+    with PeakRss([server] if server else None) as mem:
         t = time.monotonic()
         out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
         wall = time.monotonic() - t
     if out.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(argv)} exited {out.returncode}: {out.stderr.strip()[-500:]}")
-    return wall, mem.peak, out.stdout
+    return Timing(wall, mem.cpu, mem.peak, os.getloadavg()[0], out.stdout)
+
+
+def timed_here(fn) -> tuple[Timing, object]:
+    """Run `fn()` in this process; its Timing and result."""
+    with PeakRss() as mem:
+        t = time.monotonic()
+        result = fn()
+        wall = time.monotonic() - t
+    return Timing(wall, mem.cpu, mem.peak, os.getloadavg()[0]), result
 
 
 def agree(a: dict, b: dict) -> bool:
@@ -250,12 +294,13 @@ def main() -> int:
     warm_env = dict(cold_env, TESTBED_STATE_DIR=str(work / "state-warm"))
     print(f"host: {load()} (other jobs share this machine)")
     try:
-        bare_s, bare_rss, _ = timed([sys.executable, "-c", BARE_START], cold_env)
-        print(f"bare Spark start (new process, session + one count): {bare_s:.1f} s, peak RSS {bare_rss / 2**30:.2f} GiB")
-        start_s, _, out = timed([str(TESTBED), "spark", "start", "--json"], warm_env)
-        server = json.loads(out)
-        print(f"testbed spark start: {start_s:.1f} s ({server['url']})")
-        rows = []
+        bare = timed([sys.executable, "-c", BARE_START], cold_env)
+        print(f"bare Spark start (new process, session + one count): {bare.wall:.1f} s wall, {bare.cpu:.1f} s CPU, "
+              f"peak RSS {bare.rss / 2**30:.2f} GiB, load {bare.load:.1f}")
+        started = timed([str(TESTBED), "spark", "start", "--json"], warm_env)
+        server = json.loads(started.stdout)
+        print(f"testbed spark start: {started.wall:.1f} s ({server['url']})")
+        rows: list[tuple[int, str, Timing]] = [(0, "bare Spark start", bare)]
         for n in sizes:
             root = work / f"run-{n}"
             t = time.monotonic()
@@ -264,30 +309,28 @@ def main() -> int:
             print(f"\n{gen['events']:,} events ({gen['messages']:,} messages, {gen['nodes']} nodes, "
                   f"{size / 2**20:.0f} MiB of traces) generated in {time.monotonic() - t:.1f} s; {load()}")
             b = None
+            first = len(rows)
             if not args.skip_baseline:
-                with PeakRss() as bmem:
-                    t = time.monotonic()
-                    b = baseline(root)
-                    rows.append((n, "pandas baseline", time.monotonic() - t, bmem.peak))
-            cold_s, cold_rss, out = timed([str(TESTBED), "analyze", str(root), "--json"], cold_env)
-            cold = json.loads(out)
-            rows.append((n, "analyze cold", cold_s, cold_rss))
-            timed([str(TESTBED), "analyze", str(root), "--json"], warm_env, [server["pid"]])
-            warm_s, warm_rss, out = timed([str(TESTBED), "analyze", str(root), "--json"], warm_env, [server["pid"]])
-            warm = json.loads(out)
-            rows.append((n, "analyze warm (Connect)", warm_s, warm_rss))
-            same = agree(warm, cold) and (b is None or agree(cold, b))
-            for row in rows[-3 if b else -2:]:
-                print(f"  {row[1]:<24}{row[2]:8.1f} s   peak RSS {row[3] / 2**30:5.2f} GiB")
-            print(f"  bare-start ratio: cold / bare start = {cold_s / bare_s:.2f}; headline figures "
+                timing, b = timed_here(lambda: baseline(root))
+                rows.append((n, "pandas baseline", timing))
+            cold = timed([str(TESTBED), "analyze", str(root), "--json"], cold_env)
+            rows.append((n, "analyze cold", cold))
+            timed([str(TESTBED), "analyze", str(root), "--json"], warm_env, server["pid"])
+            warm = timed([str(TESTBED), "analyze", str(root), "--json"], warm_env, server["pid"])
+            rows.append((n, "analyze warm (Connect)", warm))
+            cold_s, warm_s = json.loads(cold.stdout), json.loads(warm.stdout)
+            same = agree(warm_s, cold_s) and (b is None or agree(cold_s, b))
+            for _, what, tm in rows[first:]:
+                print(f"  {what:<24}{tm.wall:8.1f} s wall {tm.cpu:8.1f} s CPU   peak RSS {tm.rss / 2**30:5.2f} GiB"
+                      f"   load {tm.load:.1f}")
+            print(f"  cold / bare start = {cold.wall / bare.wall:.2f}; headline figures "
                   + ("agree" if same else "DISAGREE"))
             shutil.rmtree(root, ignore_errors=True)
             if not same:
                 return 1
-        print(f"\n{'events':>12}  {'what':<24}{'wall s':>8}{'peak GiB':>10}")
-        print(f"{'-':>12}  {'bare Spark start':<24}{bare_s:8.1f}{bare_rss / 2**30:10.2f}")
-        for n, what, wall, rss in rows:
-            print(f"{n:>12,}  {what:<24}{wall:8.1f}{rss / 2**30:10.2f}")
+        print(f"\n{'events':>12}  {'what':<24}{'wall s':>8}{'CPU s':>8}{'peak GiB':>10}{'load':>7}")
+        for n, what, tm in rows:
+            print(f"{n:>12,}  {what:<24}{tm.wall:8.1f}{tm.cpu:8.1f}{tm.rss / 2**30:10.2f}{tm.load:7.1f}")
     finally:
         subprocess.run([str(TESTBED), "spark", "stop"], env=warm_env, capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
