@@ -42,17 +42,32 @@ def build(
                                  "with docker build, docs/foreign-routers.md)", param_hint="--router")
     started = time.monotonic()
     reporter = Reporter() if as_json else RichReporter(Console(stderr=True))
-    with reporter.phase(f"building the {router} image"):
-        if router == OURS:
-            info = build_image(base=base, reporter=reporter)
+    if router != OURS:
+        with reporter.phase(f"building the {router} image"):
+            tag = _foreign_tag(router, reporter)
+        if as_json:
+            typer.echo(json.dumps({"router": router, "tag": tag, "seconds": round(time.monotonic() - started, 3)}))
         else:
-            info = build_foreign_image(router, base=base, reporter=reporter)
+            console.print(f"ready: [bold]{tag}[/] ({time.monotonic() - started:.1f}s)")
+        return
+    with reporter.phase(f"building the {router} image"):
+        info = build_image(base=base, reporter=reporter)
     if as_json:
         typer.echo(json.dumps(info.to_dict(), indent=1))
         return
     verb = "built" if info.built else "up to date:"
     console.print(f"{verb} [bold]{info.tag}[/] on {info.base} "
                   f"({info.size_bytes / 1e6:.0f} MB, {time.monotonic() - started:.1f}s)")
+
+
+def _foreign_tag(router: str, reporter: Reporter) -> str:
+    from orchestrator.docker_util import docker_client  # noqa: PLC0415
+
+    client = docker_client(timeout=600)
+    try:
+        return build_foreign_image(router, client, reporter)
+    finally:
+        client.close()
 
 
 @image_app.command("ls")

@@ -65,13 +65,16 @@ class Capabilities:
     netem: kernel delay/jitter/loss where the kernel has sch_netem;
     partitions: disconnect/reconnect; pause: pause/unpause;
     images: runs a bare container image (a gossipsub-interop node,
-    orchestrator/foreign.py)."""
+    orchestrator/foreign.py); foreign_proxy: where the kernel cannot delay,
+    a foreign node's sending is shaped by a transparent proxy in its network
+    namespace (orchestrator/docker_proxy.py)."""
 
     kernel_shaping: bool
     netem: bool
     partitions: bool
     pause: bool
     images: bool = False
+    foreign_proxy: bool = False
 
 
 @dataclass(frozen=True)

@@ -207,7 +207,7 @@ class Controller:
             self.reporter.note(f"shaping: {self.caps.path} ({self.caps.detail})")
         token = (self.store.load(self.testbed) or {}).get("token", "")
         self.configs = build_configs(resolved, addresses, self.caps, token, self.run_dir)
-        if (unshaped := unshaped_warning(resolved, self.caps)) is not None:
+        if (unshaped := unshaped_warning(resolved, self.caps, self.backend.capabilities.foreign_proxy)) is not None:
             self._warn(unshaped)
         cfg_dir = self.store.dir(self.testbed) / "configs"
         cfg_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -429,9 +429,9 @@ class Controller:
         extra: dict[str, Any] = {"testbed": self.testbed, "status": "finished" if final else "up",
                                  **record.get("wire_facts", {})}
         if self.caps is not None:
-            extra["node_facts"] = node_facts({n: st.router for n, st in self.nodes.items()}, self.caps)
-        if self.foreign_outputs:
-            extra["foreign_outputs"] = self.foreign_outputs
+            routers = {n: st.router for n, st in self.nodes.items()}
+            extra["node_facts"] = node_facts(routers, self.caps, self.backend.capabilities.foreign_proxy)
+        extra.update({"foreign_outputs": self.foreign_outputs} if self.foreign_outputs else {})
         if (isolation := self.backend.isolation()) is not None:
             extra["isolation"] = isolation
         extra.update(self.backend.manifest_facts())

@@ -40,6 +40,7 @@ from orchestrator import docker_collect as collect
 from orchestrator import docker_nodedir as nodedir
 from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.docker_netns import NetnsMixin
+from orchestrator.docker_proxy import config_proxy_shapes, proxy_needed, shape_foreign
 from orchestrator.docker_network import create_network
 from orchestrator.docker_stop import stop_all
 from orchestrator.docker_teardown import Scope, bounded, find, summary, teardown
@@ -95,7 +96,8 @@ def container_name(testbed: str, node: str) -> str:
 
 class DockerBackend(NetnsMixin, Backend):
     name = "docker"
-    capabilities = Capabilities(kernel_shaping=True, netem=True, partitions=True, pause=True, images=True)
+    capabilities = Capabilities(kernel_shaping=True, netem=True, partitions=True, pause=True, images=True,
+                                foreign_proxy=True)
 
     def __init__(self, ctx: BackendContext) -> None:
         """Options (ctx.options): "image" (default: build or reuse the router
@@ -128,6 +130,7 @@ class DockerBackend(NetnsMixin, Backend):
         self.user = nodedir.node_user()
         self._collected = False  # collect_traces ran: destroy need not inspect every container again
         self.foreign_images: dict[str, str] = {}
+        self.proxies: dict[str, dict[str, Any]] = {}  # foreign node -> its shaping proxy's manifest record
 
     # ------------------------------------------------------------ addresses
 
@@ -219,6 +222,12 @@ class DockerBackend(NetnsMixin, Backend):
         self._partitions.pop(node, None)
         self._tc_applied.discard(node)
         self._apply_tc(node)
+        if is_foreign(config.router) and proxy_needed(self.shaping_capabilities()):
+            self.proxies[node] = shape_foreign(
+                self._client, container, node, config_proxy_shapes(config, self.ips), image=self.image,
+                labels=self.labels(), config_dir=self.store.dir(self.testbed) / "proxy",
+                exempt=[g for g in (self.gateway,) if g], listen_port=config.listen_port,
+            ).manifest_record()
 
     def start_many(self, configs: Iterable[NodeConfig]) -> None:
         """`start` for many nodes, a few Docker calls at a time."""
@@ -235,7 +244,7 @@ class DockerBackend(NetnsMixin, Backend):
                 raise BackendUnavailable(f"image {kind.image} is not on this machine (nothing is pulled): build it "
                                          "first, docs/foreign-routers.md")
             self.foreign_images[config.router] = kind.image if kind.bare else build_foreign_image(
-                config.router, reporter=self.reporter).tag
+                config.router, self._client, self.reporter)
         command = ["--params", nodedir.inside(PARAMS)] + (["--config", cfg] if kind.control else [])
         return self.foreign_images[config.router], None, command, FOREIGN_LOG_SIZE
 
@@ -381,6 +390,10 @@ class DockerBackend(NetnsMixin, Backend):
                     self.ips.setdefault(node, NodeConfig.load(cfg).listen_host)
             if self.image is None:
                 self.image = container.attrs.get("Config", {}).get("Image")
+
+    def manifest_facts(self) -> dict[str, Any]:
+        """Each foreign node's shaping proxy (docker_proxy.ProxyInfo)."""
+        return {"shaping_proxies": self.proxies} if self.proxies else {}
 
     def isolation(self) -> dict[str, object]:
         """What a container may touch, for the manifest."""

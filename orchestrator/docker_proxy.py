@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from node.config import LinkShape
+from node.config import LinkShape, NodeConfig
 from node.runtime.stream_shaper import MAX_RETRANSMITS, RTO_MIN_S
 from node.shaping_proxy import ProxyConfig
 from orchestrator.backend import ShapingCapabilities
@@ -116,6 +116,16 @@ def proxy_shapes(resolved: ResolvedExperiment, node: str, ips: Mapping[str, str]
         uplink_bps=None if caps.kernel_rate else resolved.node(node).uplink_bps,
         seed=seed,
     )
+
+
+def config_proxy_shapes(config: NodeConfig, ips: Mapping[str, str]) -> ProxyShapes:
+    """The same shapes from a foreign node's NodeConfig, where the backend
+    has it rather than the experiment: its per-peer user-space shapes
+    (keyed by peer id) re-keyed by the peers' addresses."""
+    per_dest = {ips[name]: config.shaping[pid] for pid, name in config.peer_names.items()
+                if name in ips and pid in config.shaping}
+    return ProxyShapes(per_dest=per_dest, default=config.default_shape, uplink_bps=config.uplink_bps,
+                       seed=config.seed)
 
 
 def iptables_commands(listen_port: int, exempt: Sequence[str] = (), proxy_uid: int = PROXY_UID,

@@ -38,9 +38,13 @@ OURS = "gossip-testbed"
 # the script's topics at start, PUBLISH_MESSAGE of its scripted publishes).
 CONTRACT_EVENTS: tuple[str, ...] = tuple(sorted(t.name for t in (
     TraceType.DELIVER_MESSAGE, TraceType.DUPLICATE_MESSAGE, TraceType.JOIN, TraceType.PUBLISH_MESSAGE)))
-# What an adapter's extension lines add (foreign.md B).
-ADAPTER_EVENTS: tuple[str, ...] = tuple(sorted({*CONTRACT_EVENTS, *(t.name for t in (
+# What an adapter's extension lines add (foreign.md B): both adapters see
+# topics, peers and GRAFT/PRUNE; only py-libp2p's RPCs can be hooked
+# (rust-libp2p exposes no per-RPC event or size); our router under the
+# contract (node/interop.py) records what py-libp2p's adapter does.
+RUST_EVENTS: tuple[str, ...] = tuple(sorted({*CONTRACT_EVENTS, *(t.name for t in (
     TraceType.LEAVE, TraceType.ADD_PEER, TraceType.REMOVE_PEER, TraceType.GRAFT, TraceType.PRUNE))}))
+PY_EVENTS: tuple[str, ...] = tuple(sorted({*RUST_EVENTS, TraceType.SEND_RPC.name, TraceType.RECV_RPC.name}))
 
 # The parameters of every foreign kind: gossipsub's, with what go cannot be
 # told fixed at the defaults.
@@ -51,10 +55,11 @@ BARE_KIND = dataclasses.replace(PARAMS_KIND, mesh_low_key=None)
 
 @dataclass(frozen=True)
 class ForeignKind:
-    """`builder`: "module:function" returning the Docker image's ImageInfo
-    (called as builder(base=..., reporter=...)); `process`: "module:function"
-    returning the argv that starts it as a process (before `--params FILE
-    --config FILE`), None for docker only; `image`: a bare image's name."""
+    """`builder`: "module:function" that builds the Docker image when needed
+    and returns its tag (called as builder(client, reporter)); `process`:
+    "module:function" returning the argv that starts it as a process (before
+    `--params FILE --config FILE`), None for docker only; `image`: a bare
+    image's name."""
 
     router: str
     implementation: str
@@ -71,12 +76,12 @@ class ForeignKind:
 
 ADAPTERS: dict[str, ForeignKind] = {
     "rust-libp2p": ForeignKind(
-        "rust-libp2p", "rust-libp2p", True, ADAPTER_EVENTS,
-        builder="orchestrator.image_rust:build_rust_image", process="orchestrator.image_rust:rust_adapter_argv"),
+        "rust-libp2p", "rust-libp2p", True, RUST_EVENTS,
+        builder="orchestrator.image_rust:build_rust_image", process="orchestrator.image_rust:rust_adapter_command"),
     "py-libp2p": ForeignKind(
-        "py-libp2p", "py-libp2p", True, ADAPTER_EVENTS,
+        "py-libp2p", "py-libp2p", True, PY_EVENTS,
         builder="orchestrator.image_pylibp2p:build_pylibp2p_image",
-        process="orchestrator.image_pylibp2p:pylibp2p_adapter_argv"),
+        process="orchestrator.image_pylibp2p:pylibp2p_adapter_command"),
 }
 
 
@@ -138,12 +143,13 @@ def _target(spec: str, what: str) -> Callable[..., Any]:
         raise BackendUnavailable(f"{what} is not available here: {spec} is missing ({exc})") from exc
 
 
-def build_foreign_image(router: str, base: str = "auto", reporter: Any = None) -> Any:
-    """The ImageInfo of `router`'s Docker image, built when needed."""
+def build_foreign_image(router: str, client: Any, reporter: Any) -> str:
+    """The tag of `router`'s Docker image, built when needed (content-hashed:
+    a no-op when nothing changed)."""
     kind = foreign_kind(router)
     if kind.builder is None:
         raise BackendUnavailable(f"{router} is a bare image ({kind.image}): build it yourself with docker build")
-    return _target(kind.builder, f"the {router} image builder")(base=base, reporter=reporter)
+    return str(_target(kind.builder, f"the {router} image builder")(client, reporter))
 
 
 def process_argv(router: str) -> list[str]:

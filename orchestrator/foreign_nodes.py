@@ -159,19 +159,22 @@ def convert_outputs(run_dir: Path, nodes: list[str]) -> tuple[dict[str, dict[str
     return figures, warnings
 
 
-def link_shaping(router: str, caps: ShapingCapabilities) -> str:
+def link_shaping(router: str, caps: ShapingCapabilities, proxy: bool) -> str:
     """How a node's links are shaped: the kernel's tc for every container
     alike; our user-space shaper only inside our routers; a foreign node's
-    own sending is unshaped where the kernel cannot (its peers' shapers still
-    delay what they send to it)."""
+    own sending by the shaping proxy where the backend has one
+    (docker_proxy.py), else unshaped where the kernel cannot (its peers'
+    shapers still delay what they send to it)."""
     if caps.kernel_delay:
         return "kernel tc"
-    return "unshaped" if is_foreign(router) else "our user-space shaper"
+    if not is_foreign(router):
+        return "our user-space shaper"
+    return "shaping proxy (user space, per destination)" if proxy else "unshaped"
 
 
-def unshaped_warning(resolved: ResolvedExperiment, caps: ShapingCapabilities) -> str | None:
+def unshaped_warning(resolved: ResolvedExperiment, caps: ShapingCapabilities, proxy: bool) -> str | None:
     """The honest word when foreign nodes' links ask for what nobody shapes."""
-    if caps.kernel_delay:
+    if caps.kernel_delay or proxy:
         return None
     foreign = {s.name for s in resolved.nodes if is_foreign(s.router)}
     shaped = [f"{a}-{b}" for a, b in resolved.edges if {a, b} & foreign and _shaped(resolved.link(a, b))]
@@ -185,7 +188,7 @@ def _shaped(link: Any) -> bool:
     return bool(link.latency_ms or link.jitter_ms or link.loss)
 
 
-def node_facts(resolved_nodes: Mapping[str, str], caps: ShapingCapabilities) -> dict[str, dict[str, Any]]:
+def node_facts(resolved_nodes: Mapping[str, str], caps: ShapingCapabilities, proxy: bool) -> dict[str, dict[str, Any]]:
     """manifest.json's per-node implementation and link shaping (name -> router)."""
-    return {n: {"implementation": implementation(r), "links_shaped_by": link_shaping(r, caps),
+    return {n: {"implementation": implementation(r), "links_shaped_by": link_shaping(r, caps, proxy),
                 "trace_events": trace_events(r)} for n, r in resolved_nodes.items()}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from orchestrator.foreign import ADAPTER_EVENTS, ADAPTERS, ForeignKind
+from orchestrator.foreign import ADAPTERS, PY_EVENTS, ForeignKind
 
 STANDIN = "contract-standin"
 STANDIN_IMAGE = "gossip-testbed/contract-standin"
@@ -26,7 +26,7 @@ def standin_argv() -> list[str]:
 
 def register_standin(monkeypatch) -> None:
     monkeypatch.setitem(ADAPTERS, STANDIN, ForeignKind(
-        STANDIN, "gossip-testbed-contract", True, ADAPTER_EVENTS, process="tests.contract_standin:standin_argv"))
+        STANDIN, "gossip-testbed-contract", True, PY_EVENTS, process="tests.contract_standin:standin_argv"))
 
 
 def build_standin_image(router_image: str) -> str:
