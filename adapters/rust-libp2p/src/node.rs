@@ -288,7 +288,8 @@ impl Node {
     }
 
     /// A peer the script told us to connect to is redialled until it answers
-    /// (it may start after us), unless it is isolated or already connected.
+    /// (it may start after us, or restart), unless it is isolated or already
+    /// connected.
     fn redial_later(&mut self, peer: PeerId) {
         let Some(addr) = self.dialled.get(&peer).cloned() else { return };
         if self.blocked(&peer) || self.swarm.is_connected(&peer) {
@@ -570,6 +571,9 @@ impl Node {
                 if gone {
                     emit("Peer Removed", &[("peer", json!(peer_id.to_base58()))]);
                 }
+                // As our router keeps its overlay: a peer we dialled that went
+                // away (killed, restarted) is dialled again until it answers.
+                self.redial_later(peer_id);
             }
             SwarmEvent::OutgoingConnectionError { connection_id, peer_id, error } => {
                 self.dials_failed += 1;
