@@ -37,7 +37,7 @@ from typing import Any
 
 from orchestrator.docker_util import LABEL, cache_dir, docker_client
 from orchestrator.errors import InputError, TestbedError
-from orchestrator.image_base import SLIM, image_or_none, local_base, resolve_base
+from orchestrator.image_base import SLIM, image_or_none, local_base, prune_older, resolve_base
 from orchestrator.progress import Reporter
 
 IMAGE_REPO = "gossip-testbed/node"
@@ -95,7 +95,7 @@ def build_image(base: str = "auto", reporter: Reporter | None = None, client: An
     own = client is None
     client = client or docker_client(timeout=600)
     try:
-        with _lock("image"):
+        with build_lock("image"):
             base_ref, base_id = resolve_base(client, base, reporter)
             deps = runtime_requirements()
             dockerfile, tag = _dockerfile_and_tag(base_ref, base_id, deps)
@@ -106,7 +106,7 @@ def build_image(base: str = "auto", reporter: Reporter | None = None, client: An
             site = _site_packages(deps, reporter)
             reporter.note(f"building {tag} from {base_ref}")
             image = _docker_build(client, dockerfile, site, tag, base_ref, reporter)
-            _prune_old(client, keep=image.id, base_ref=base_ref, reporter=reporter)
+            prune_older(client, IMAGE_REPO, image.id, reporter, {"label": f"{LABEL_BASE}={base_ref}"})
             return _info(image, tag, base_ref, base_id, True, started, deps)
     finally:
         if own:
@@ -208,7 +208,7 @@ def _canon(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _pip_platforms() -> list[str]:
+def pip_platforms() -> list[str]:
     machine = platform.machine()
     arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
     return [f"manylinux_2_28_{arch}", f"manylinux2014_{arch}", f"manylinux_2_17_{arch}"]
@@ -217,7 +217,7 @@ def _pip_platforms() -> list[str]:
 def _site_packages(deps: tuple[str, ...], reporter: Reporter) -> Path:
     """The dependencies installed for the image's Python, cached by their pins."""
     key = hashlib.sha256(
-        json.dumps([deps, _pip_platforms(), PYTHON_VERSION]).encode()
+        json.dumps([deps, pip_platforms(), PYTHON_VERSION]).encode()
     ).hexdigest()[:16]
     root = cache_dir() / "site-packages" / key
     if (root / ".complete").exists():
@@ -233,7 +233,7 @@ def _site_packages(deps: tuple[str, ...], reporter: Reporter) -> Path:
         "--abi", "cp" + PYTHON_VERSION.replace(".", ""),
         "--cache-dir", str(cache_dir() / "pip"),
     ]
-    for plat in _pip_platforms():
+    for plat in pip_platforms():
         cmd += ["--platform", plat]
     cmd += list(deps)
     result = subprocess.run(cmd, capture_output=True, text=True)
@@ -262,7 +262,7 @@ def _node_files() -> list[Path]:
 
 def _content_hash(dockerfile: str, base_id: str, deps: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
-    for part in (str(IMAGE_FORMAT), dockerfile, base_id, "\n".join(deps), "\n".join(_pip_platforms())):
+    for part in (str(IMAGE_FORMAT), dockerfile, base_id, "\n".join(deps), "\n".join(pip_platforms())):
         digest.update(part.encode() + b"\0")
     for path in _node_files():
         digest.update(str(path.relative_to(NODE_DIR)).encode() + b"\0")
@@ -303,21 +303,6 @@ def _docker_build(client: Any, dockerfile: str, site: Path, tag: str, base_ref: 
     return client.images.get(tag)
 
 
-def _prune_old(client: Any, keep: str, base_ref: str, reporter: Reporter) -> None:
-    """Remove older router images on the same base that no container uses (a
-    changed node/ makes a new tag each time)."""
-    import docker.errors  # noqa: PLC0415
-
-    for image in client.images.list(IMAGE_REPO, filters={"label": f"{LABEL_BASE}={base_ref}"}):
-        if image.id == keep:
-            continue
-        try:
-            client.images.remove(image.id, noprune=False)
-            reporter.note(f"removed the older image {', '.join(image.tags) or image.short_id}")
-        except docker.errors.APIError:
-            continue  # in use by a container (a running testbed): keep it
-
-
 def _info(image: Any, tag: str, base_ref: str, base_id: str, built: bool,
           started: float, deps: tuple[str, ...]) -> ImageInfo:
     return ImageInfo(
@@ -331,7 +316,7 @@ def _info(image: Any, tag: str, base_ref: str, base_id: str, built: bool,
 
 
 @contextlib.contextmanager
-def _lock(name: str) -> Iterator[None]:
+def build_lock(name: str) -> Iterator[None]:
     """One build at a time per cache dir (two `testbed up` at once share it)."""
     path = cache_dir() / f"{name}.lock"
     with path.open("w") as fh:

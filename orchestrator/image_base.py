@@ -49,6 +49,23 @@ def image_or_none(client: Any, ref: str) -> Any:
 # ---------------------------------------------------------------- base
 
 
+def prune_older(client: Any, repo: str, keep_id: str, reporter: Reporter,
+                filters: dict[str, str] | None = None) -> None:
+    """Remove the images of `repo` (matching `filters`) other than `keep_id`
+    that no container uses: every source change makes a new content-hashed
+    tag, and the old ones would pile up."""
+    import docker.errors  # noqa: PLC0415
+
+    for image in client.images.list(repo, filters=filters or {}):
+        if image.id == keep_id:
+            continue
+        try:
+            client.images.remove(image.id, noprune=False)
+            reporter.note(f"removed the older image {', '.join(image.tags) or image.short_id}")
+        except docker.errors.APIError:
+            continue  # in use by a container (a running testbed): keep it
+
+
 def debootstrap_base_tag() -> str:
     key = hashlib.sha256(
         json.dumps([DEBIAN_SUITE, "minbase", DEBIAN_INCLUDE, TRIM_VERSION, platform.machine()]).encode()

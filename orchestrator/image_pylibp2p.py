@@ -29,8 +29,8 @@ from typing import Any
 
 from orchestrator.docker_util import LABEL, cache_dir
 from orchestrator.errors import BackendUnavailable, TestbedError
-from orchestrator.image import PYTHON_VERSION, _lock, _pip_platforms
-from orchestrator.image_base import image_or_none, resolve_base
+from orchestrator.image import PYTHON_VERSION, build_lock, pip_platforms
+from orchestrator.image_base import image_or_none, prune_older, resolve_base
 from orchestrator.progress import Reporter
 
 IMAGE_REPO = "gossip-testbed/py-libp2p"
@@ -68,7 +68,7 @@ def pylibp2p_adapter_command() -> list[str]:
 
 def build_pylibp2p_image(client: Any, reporter: Reporter) -> str:
     """The tag of an up-to-date py-libp2p adapter image, building it when needed."""
-    with _lock("image-pylibp2p"):
+    with build_lock("image-pylibp2p"):
         base_ref, base_id = resolve_base(client, "auto", reporter)
         dockerfile = DOCKERFILE.format(base=base_id, base_ref=base_ref)
         tag = f"{IMAGE_REPO}:{_content_hash(dockerfile, base_id)}"
@@ -78,7 +78,7 @@ def build_pylibp2p_image(client: Any, reporter: Reporter) -> str:
         site = _site_packages(reporter)
         reporter.note(f"building {tag} from {base_ref}")
         image = _docker_build(client, dockerfile, site, tag, reporter)
-        _prune_old(client, keep=image.id, reporter=reporter)
+        prune_older(client, IMAGE_REPO, image.id, reporter, {"label": f"{LABEL}=1"})
         return tag
 
 
@@ -88,7 +88,7 @@ def _adapter_files() -> list[Path]:
 
 def _content_hash(dockerfile: str, base_id: str) -> str:
     digest = hashlib.sha256()
-    for part in (str(IMAGE_FORMAT), dockerfile, base_id, LOCK.read_text(), "\n".join(_pip_platforms())):
+    for part in (str(IMAGE_FORMAT), dockerfile, base_id, LOCK.read_text(), "\n".join(pip_platforms())):
         digest.update(part.encode() + b"\0")
     for path in _adapter_files():
         digest.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
@@ -97,7 +97,7 @@ def _content_hash(dockerfile: str, base_id: str) -> str:
 
 def _site_packages(reporter: Reporter) -> Path:
     """The lock installed for the image's Python, cached by the lock's hash."""
-    key = hashlib.sha256(json.dumps([LOCK.read_text(), _pip_platforms(), PYTHON_VERSION]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([LOCK.read_text(), pip_platforms(), PYTHON_VERSION]).encode()).hexdigest()[:16]
     root = cache_dir() / "site-packages-pylibp2p" / key
     if (root / ".complete").exists():
         reporter.note(f"py-libp2p and its dependencies cached in {root}")
@@ -116,7 +116,7 @@ def _site_packages(reporter: Reporter) -> Path:
         "--abi", "cp" + PYTHON_VERSION.replace(".", ""), "--abi", "abi3", "--abi", "none",
         "--cache-dir", str(cache_dir() / "pip"), "-r", str(LOCK),
     ]
-    for plat in _pip_platforms():
+    for plat in pip_platforms():
         cmd += ["--platform", plat]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
@@ -152,17 +152,3 @@ def _docker_build(client: Any, dockerfile: str, site: Path, tag: str, reporter: 
         if error:
             raise TestbedError(f"docker build of {tag} failed: {error}\n" + "\n".join(log[-20:]))
     return client.images.get(tag)
-
-
-def _prune_old(client: Any, keep: str, reporter: Reporter) -> None:
-    """Remove older py-libp2p images that no container uses."""
-    import docker.errors  # noqa: PLC0415
-
-    for image in client.images.list(IMAGE_REPO, filters={"label": f"{LABEL}=1"}):
-        if image.id == keep:
-            continue
-        try:
-            client.images.remove(image.id, noprune=False)
-            reporter.note(f"removed the older image {', '.join(image.tags) or image.short_id}")
-        except docker.errors.APIError:
-            continue  # in use by a container: keep it

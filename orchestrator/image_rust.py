@@ -29,7 +29,7 @@ from typing import Any
 
 from orchestrator.docker_util import LABEL, cache_dir
 from orchestrator.errors import BackendUnavailable, TestbedError
-from orchestrator.image_base import image_or_none, resolve_base
+from orchestrator.image_base import image_or_none, prune_older, resolve_base
 from orchestrator.progress import Reporter
 
 ROUTER = "rust-libp2p"
@@ -165,7 +165,7 @@ def build_rust_image(client: Any, reporter: Reporter | None = None) -> str:
         _docker_build(client, ctx, tag)
     _check_runs(client, tag)
     reporter.note(f"built {tag} in {time.monotonic() - started:.1f} s")
-    _prune_old(client, keep=tag, reporter=reporter)
+    prune_older(client, IMAGE_REPO, client.images.get(tag).id, reporter)
     return tag
 
 
@@ -205,17 +205,3 @@ def _check_runs(client: Any, tag: str) -> None:
             f"the {ROUTER} adapter does not run in {tag} (exit {status}): "
             + output.decode(errors="replace").strip()[-500:]
         )
-
-
-def _prune_old(client: Any, keep: str, reporter: Reporter) -> None:
-    """Removes older adapter images no container uses (each source change makes a new tag)."""
-    import docker.errors  # noqa: PLC0415
-
-    for image in client.images.list(IMAGE_REPO):
-        if keep in image.tags:
-            continue
-        try:
-            client.images.remove(image.id, noprune=False)
-            reporter.note(f"removed the older image {', '.join(image.tags) or image.short_id}")
-        except docker.errors.APIError:
-            continue  # in use by a container: keep it
