@@ -23,6 +23,7 @@ from orchestrator.docker_proxy import (
     ProxyShapes,
     shape_foreign,
 )
+from orchestrator.docker_backend import LISTEN_PORT
 from orchestrator.docker_util import LABEL_TESTBED
 from tests.docker_fixtures import (  # noqa: F401 - fixtures
     docker_backends,
@@ -37,7 +38,7 @@ from tests.docker_fixtures import (  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.docker, needs_docker, needs_root]
 
-PORT = 4001
+PORT = LISTEN_PORT  # where every container listens (the contract's 9000)
 
 # The foreign-like node: echoes every byte on the config's listen port.
 ECHO = r"""
