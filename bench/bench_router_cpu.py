@@ -9,13 +9,16 @@ flushes), and RSS per router. CPU time is what this measures because it is
 robust to other load on the machine; the wall-clock rate is only the
 workload's pace.
 
-The same harness then runs py-libp2p 0.8.1 gossipsub hosts
-(scripts/pylibp2p/host.py, in .venv-pylibp2p or $PYLIBP2P_VENV; skipped with
-the reason where it is missing): the same overlay (each host dials its
+The same harness then runs py-libp2p 0.8.1 gossipsub hosts (the adapter,
+adapters/py-libp2p, in .venv-pylibp2p or $PYLIBP2P_VENV; skipped with the
+reason where it is missing): the same overlay (each host dials its
 lower-numbered neighbours), the same mesh degrees (D 6, D_low 4, D_high 12,
-1 s heartbeats), strict signing, noise + yamux, the same messages at the same
-rate; deliveries are the hosts' `deliver` lines. It prints py-libp2p's CPU per
-delivery over ours (py-libp2p does not count transmissions).
+1 s heartbeats) through the adapter's initGossipSub, strict signing, noise +
+yamux, the same messages at the same rate through its control endpoint;
+deliveries are the first "Received Message" line of each message on its
+stdout. It prints py-libp2p's CPU per delivery over ours (py-libp2p does not
+count transmissions). The adapter needs first-8-bytes message ids; ours run
+the default (from-seqno), which costs them nothing more.
 
 Written to compare two versions of the code with one harness: it imports the
 project it sits in, so a copy of this file in another worktree measures that
@@ -45,14 +48,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import node  # noqa: E402
+from node.config import NodeConfig, PeerAddress  # noqa: E402
+from node.go_params import go_gossipsub_params  # noqa: E402
 from node.identity import identity_for_index  # noqa: E402
+from node.runtime.client import ControlClient  # noqa: E402
+from node.wire import FIRST_8_BYTES  # noqa: E402
 from orchestrator.controller import Controller  # noqa: E402
 from orchestrator.experiment.model import LinkParams, NodeSpec, Publish, ResolvedExperiment  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parent.parent
 PYLIBP2P_VENV = Path(os.environ.get("PYLIBP2P_VENV", ROOT / ".venv-pylibp2p"))
-PYLIBP2P_HOST = ROOT / "scripts" / "pylibp2p" / "host.py"
+PYLIBP2P_ADAPTER = ROOT / "adapters" / "py-libp2p" / "adapter.py"
+PY_PARAMS = {"D": 6, "D_low": 4, "D_high": 12, "heartbeat_interval": 1.0}
 TOPIC = "t"
 
 
@@ -194,42 +202,60 @@ def free_port() -> int:
 
 
 class PyHost:
-    """One py-libp2p host process; a thread counts its `deliver` lines."""
+    """One py-libp2p adapter process (our --config extensions: its control
+    endpoint publishes); a thread counts the messages it received, first
+    copies only, from its stdout."""
 
-    def __init__(self, index: int, port: int, dial: list[str], log_path: Path) -> None:
+    def __init__(self, index: int, port: int, dial: list[tuple[int, int]], tmp: Path) -> None:
         self.index = index
-        self.peer_id_b58 = identity_for_index(index).peer_id_b58
-        self.addr = f"/ip4/127.0.0.1/tcp/{port}/p2p/{self.peer_id_b58}"
-        with log_path.open("wb") as log:
+        self.port = port
+        control = free_port()
+        cfg = NodeConfig(
+            name=f"py{index}", router="py-libp2p", seed=index, listen_host="127.0.0.1", listen_port=port,
+            control_host="127.0.0.1", control_port=control, token="bench", trace_path="", index=index,
+            topics=(TOPIC,), message_id=FIRST_8_BYTES,
+            initial_peers=tuple(PeerAddress(f"py{j}", "127.0.0.1", p, identity_for_index(j).peer_id_b58)
+                                for j, p in dial),
+        )
+        script = [{"type": "initGossipSub", "gossipSubParams": go_gossipsub_params(PY_PARAMS)},
+                  {"type": "subscribeToTopic", "topicID": TOPIC},
+                  {"type": "connect", "connectTo": [j for j, _ in dial]}]
+        (tmp / f"c{index}.json").write_text(cfg.to_json())
+        (tmp / f"p{index}.json").write_text(json.dumps({"script": script}))
+        with (tmp / f"host{index}.log").open("wb") as log:
             self.proc = subprocess.Popen(
-                [str(PYLIBP2P_VENV / "bin" / "python"), str(PYLIBP2P_HOST), "--index", str(index), "--port",
-                 str(port), "--security", "noise", "--topic", TOPIC, "--degree", "6", "--degree-low", "4",
-                 "--degree-high", "12", "--heartbeat", "1.0", "--strict-signing",
-                 *[arg for addr in dial for arg in ("--dial", addr)]],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                [str(PYLIBP2P_VENV / "bin" / "python"), str(PYLIBP2P_ADAPTER),
+                 "--params", str(tmp / f"p{index}.json"), "--config", str(tmp / f"c{index}.json")],
+                stdout=subprocess.PIPE, stderr=log, text=True,
             )
-        self.delivered = 0  # messages from other hosts (a publisher's own delivery is not counted)
-        self.ready = threading.Event()
+        self.client = ControlClient("127.0.0.1", control, "bench", timeout=20)
+        self.seen: set[str] = set()
+        self.published: set[str] = set()  # its own: a copy coming back is no delivery
         threading.Thread(target=self._read, daemon=True).start()
+
+    @property
+    def delivered(self) -> int:
+        return len(self.seen - self.published)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             event = json.loads(line)
-            if event["event"] == "deliver" and event["from"] != self.peer_id_b58:
-                self.delivered += 1
-            elif event["event"] == "ready":
-                self.ready.set()
+            if event.get("msg") == "Received Message":
+                self.seen.add(event["id"])
 
-    def send(self, cmd: dict) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
+    def ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.client.try_call("status") is not None:
+                return True
+            time.sleep(0.2)
+        return False
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             try:
-                self.send({"cmd": "stop"})
+                self.client.try_call("shutdown")
                 self.proc.wait(10)
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
@@ -246,13 +272,14 @@ def bench_pylibp2p(k: int, degree: int, messages: int, rate: float, size: int, r
         lo, hi = sorted((index[a], index[b]))
         lower[hi].append(lo)
     logs = Path(tempfile.mkdtemp(prefix=f"bench-cpu-pylibp2p-{k}-"))
+    ports = [free_port() for _ in range(k)]
     result: dict = {"routers": k, "edges": len(resolved.edges), "messages": messages, "rate": rate, "size": size}
     hosts: list[PyHost] = []
     try:
         for i in range(k):
-            host = PyHost(i, free_port(), [hosts[j].addr for j in sorted(lower[i])], logs / f"host{i}.log")
+            host = PyHost(i, ports[i], [(j, ports[j]) for j in sorted(lower[i])], logs)
             hosts.append(host)
-            if not host.ready.wait(60):
+            if not host.ready(120):
                 raise RuntimeError(f"py-libp2p host {i} did not start: see {logs / f'host{i}.log'}")
 
         def snap() -> dict:
@@ -266,8 +293,8 @@ def bench_pylibp2p(k: int, degree: int, messages: int, rate: float, size: int, r
             }
 
         def publish(seq: int, i: int, at: float) -> None:
-            data = f"msg-{seq}:"
-            hosts[i].send({"cmd": "publish", "data": (data * (size // len(data) + 1))[:size]})
+            hosts[i].published.add(str(seq))
+            hosts[i].client.call("publish", topic=TOPIC, size=size, seq=seq)
 
         result.update(measure(snap, publish, k, messages, rate, rest_s))
     finally:
