@@ -88,7 +88,9 @@ def test_standin_as_a_bare_image_on_docker(node_image, tmp_path):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     facts = manifest["node_facts"]
     assert facts["stand-1"]["implementation"] == f"image:{image}"
-    assert facts["stand-1"]["links_shaped_by"] in ("kernel tc", "unshaped")
+    if facts["stand-1"]["links_shaped_by"] != "kernel tc":  # no netem: the shaping proxy, after every start
+        assert facts["stand-1"]["links_shaped_by"] == "shaping proxy (user space, per destination)"
+        assert set(manifest["shaping_proxies"]) == {"stand-0", "stand-1"}
     assert manifest["foreign_outputs"]["stand-0"]["starts"] == 2  # killed and started again: two PeerID lines
     scripted = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert all(e.get("scripted") for e in scripted if e["kind"] == "publish" and e["node"] == "stand-1")
