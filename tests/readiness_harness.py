@@ -21,7 +21,10 @@ from pathlib import Path
 
 from tests.kill_harness import labelled, live_netns, records, sandbox_keys
 
-EXPERIMENT = """\
+
+def experiment_text(name: str, nodes: int, messages: int = 1, interval: str = "100ms") -> str:
+    """The small gossipsub experiment the Docker teardown tests and bench run."""
+    return f"""\
 name: {name}
 seed: 3
 nodes:
@@ -36,8 +39,8 @@ overlay:
 links:
   latency: {{model: constant, ms: 5}}
 workload:
-  messages: 1
-  interval: 100ms
+  messages: {messages}
+  interval: {interval}
   size: 64
   publishers: {{nodes: [n0]}}
 linger: 0s
@@ -96,7 +99,7 @@ def readiness_tries(nodes: int, tries: int, work: Path, report=print) -> list[Re
 
             DockerBackend.start_many, Controller.down = noting_start, timed_down
             exp = work / f"ready-{index}.yaml"
-            exp.write_text(EXPERIMENT.format(name=f"ready{nodes}-{index}", nodes=nodes))
+            exp.write_text(experiment_text(f"ready{nodes}-{index}", nodes))
             planned = plan_runs(exp, None, work / f"run-{index}", "docker", None).runs[0]
             t0, error = time.monotonic(), ""
             try:

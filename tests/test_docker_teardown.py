@@ -31,7 +31,7 @@ from tests.docker_fixtures import (  # noqa: F401 - fixtures
     wait_for,
 )
 from tests.kill_harness import labelled, live_netns, records, sandbox_keys
-from tests.readiness_harness import readiness_tries
+from tests.readiness_harness import experiment_text, readiness_tries
 
 pytestmark = [pytest.mark.docker, needs_docker]
 
@@ -40,27 +40,7 @@ TESTBED = Path(sys.executable).parent / "testbed"
 
 def experiment(tmp_path: Path, name: str, nodes: int, messages: int = 1, interval: str = "100ms") -> Path:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(f"""\
-name: {name}
-seed: 3
-nodes:
-  count: {nodes}
-  router: gossipsub
-  router_params: {{D: 3, D_low: 2, D_high: 6}}
-  topics: [t]
-  resources: {{memory: 96m}}
-overlay:
-  type: random_regular
-  degree: 3
-links:
-  latency: {{model: constant, ms: 5}}
-workload:
-  messages: {messages}
-  interval: {interval}
-  size: 64
-  publishers: {{nodes: [n0]}}
-linger: 0s
-""")
+    path.write_text(experiment_text(name, nodes, messages, interval))
     return path
 
 
