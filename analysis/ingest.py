@@ -4,8 +4,10 @@ Why this shape (docs/metrics.md, "Ingestion"): the cheapest way to hand
 millions of decoded events to Spark is columnar. Each trace file is decoded
 by one worker of a process pool straight into Arrow columns (columnar.py:
 numpy over all records at once, no Python object per event; small files and
-the records it does not take, one protobuf object per event) and written as
-Parquet; Spark then scans the directory natively (vectorised, column-pruned).
+the records it does not take, one protobuf object per event), and each
+worker writes its group of trace files as one Parquet file (Spark pays a
+fixed cost per file it opens: 200 small files cost it seconds); Spark then
+scans the directory natively (vectorised, column-pruned).
 Going through `sparkContext.parallelize(files).mapPartitions(...)` instead
 would pickle every Row through Spark's Python worker protocol, which costs
 several times the decoding itself on a 2-core machine.
@@ -21,6 +23,8 @@ object per line (suffix .json / .jsonl, protobuf JSON field names).
 
 from __future__ import annotations
 
+import heapq
+import math
 import os
 from array import array
 from collections.abc import Iterable, Iterator
@@ -61,6 +65,9 @@ ROW_GROUP = 500_000
 # Below this many bytes of traces, decoding in the calling process beats
 # starting a pool.
 POOL_THRESHOLD_BYTES = 8 << 20
+# Trace bytes per Parquet file the decoding workers write (several trace
+# files to one Parquet file: Spark's cost per file read dwarfs a small file's)
+GROUP_BYTES = 64 << 20
 # Below this many bytes a .pb trace is read one protobuf object per event:
 # columnar.decode's fixed cost (a few dozen numpy calls) exceeds its saving.
 COLUMNAR_MIN_BYTES = 64 << 10
@@ -426,20 +433,19 @@ def _pb_table(path: Path, names: PeerNames, default_node: str | None, tally: _Ta
     return table
 
 
-def decode_file(
-    path: Path, out_path: Path, default_node: str | None = None, known: dict[bytes, str] | None = None
-) -> TraceFileReport:
-    """Decode one trace file into `out_path` (Parquet); `known` maps peer ids
-    to node names. Returns what was read and what could not be."""
+def decode_table(
+    path: Path, default_node: str | None = None, known: dict[bytes, str] | None = None
+) -> tuple[pa.Table, TraceFileReport]:
+    """One trace file's table (SCHEMA); `known` maps peer ids to node names.
+    Also returns what was read and what could not be."""
     names = PeerNames(known)
     tally = _Tally()
     if path.suffix in PB_SUFFIXES and path.stat().st_size >= COLUMNAR_MIN_BYTES:
         table = _pb_table(path, names, default_node, tally)
     else:
         table = rows_table([event_row(ev, names, default_node, i) for i, ev in enumerate(iter_events(path, tally))])
-    pq.write_table(table, out_path, compression="snappy", row_group_size=ROW_GROUP)
     owner = table["node"][0].as_py() if len(table) else None  # the node whose trace this is, by its first record
-    return TraceFileReport(
+    return table, TraceFileReport(
         file=path.name,
         node=owner or default_node or path.stem,
         records=tally.records,
@@ -450,9 +456,39 @@ def decode_file(
     )
 
 
-def _decode_job(args: tuple[str, str, str, dict[bytes, str]]) -> TraceFileReport:
-    path, out, default_node, known = args
-    return decode_file(Path(path), Path(out), default_node, known)
+def decode_file(
+    path: Path, out_path: Path, default_node: str | None = None, known: dict[bytes, str] | None = None
+) -> TraceFileReport:
+    """Decode one trace file into `out_path` (Parquet); see decode_table."""
+    table, report = decode_table(path, default_node, known)
+    pq.write_table(table, out_path, compression="snappy", row_group_size=ROW_GROUP)
+    return report
+
+
+def _decode_job(args: tuple[list[str], str, dict[bytes, str]]) -> list[TraceFileReport]:
+    """Decode a group of trace files into one Parquet file: Spark pays a
+    fixed cost per file it reads, far more than a small trace's decoding."""
+    paths, out, known = args
+    tables, reports = [], []
+    for path in paths:
+        table, report = decode_table(Path(path), Path(path).stem, known)
+        tables.append(table)
+        reports.append(report)
+    pq.write_table(
+        pa.concat_tables(tables) if tables else rows_table([]), out, compression="snappy", row_group_size=ROW_GROUP
+    )
+    return reports
+
+
+def _groups(files: list[Path], n: int) -> list[list[Path]]:
+    """`files` (largest first) in `n` groups of about equal bytes, the
+    largest group first: each file to the group with the fewest bytes so far."""
+    groups: list[tuple[int, int, list[Path]]] = [(0, i, []) for i in range(n)]
+    for p in files:
+        size, i, members = heapq.heappop(groups)
+        members.append(p)
+        heapq.heappush(groups, (size + p.stat().st_size, i, members))
+    return [members for _, _, members in sorted(groups, key=lambda g: (-g[0], g[1])) if members]
 
 
 def known_peer_ids(topology_nodes: list[dict]) -> dict[bytes, str]:
@@ -484,8 +520,10 @@ def ingest(
     progress=None,
     known: dict[bytes, str] | None = None,
 ) -> IngestResult:
-    """Decode every trace file into `out_dir/part-NNNNN.parquet`, in parallel
-    over files (largest first, so one big file does not finish last).
+    """Decode every trace file into a few `out_dir/part-NNNNN.parquet`, one
+    per group of trace files of about GROUP_BYTES (as many groups as workers,
+    or a multiple; one group when decoded in this process), in parallel over
+    the groups (largest first, so one big group does not finish last).
     `known` maps peer ids to node names (known_peer_ids).
     `progress(done_files, total_files)` is called as files finish."""
     files = sorted(files, key=lambda p: p.stat().st_size, reverse=True)
@@ -493,25 +531,31 @@ def ingest(
     for old in out_dir.glob("*.parquet"):
         old.unlink()
     known = known or {}
-    jobs = [
-        (str(p), str(out_dir / f"part-{i:05d}.parquet"), p.stem, known) for i, p in enumerate(files)
-    ]
     total_bytes = sum(p.stat().st_size for p in files)
     workers = workers or os.cpu_count() or 1
+    in_process = workers <= 1 or len(files) <= 1 or total_bytes < POOL_THRESHOLD_BYTES
+    if in_process:
+        n_groups = 1
+    else:
+        n_groups = min(len(files), workers * max(1, math.ceil(total_bytes / (workers * GROUP_BYTES))))
+    jobs = [
+        ([str(p) for p in group], str(out_dir / f"part-{i:05d}.parquet"), known)
+        for i, group in enumerate(_groups(files, n_groups))
+    ]
     reports: list[TraceFileReport] = []
     if progress:
-        progress(0, len(jobs))
-    if workers <= 1 or len(jobs) <= 1 or total_bytes < POOL_THRESHOLD_BYTES:
+        progress(0, len(files))
+    if in_process:
         for job in jobs:
-            reports.append(_decode_job(job))
+            reports.extend(_decode_job(job))
             if progress:
-                progress(len(reports), len(jobs))
+                progress(len(reports), len(files))
     else:
         # spawn, not fork: the caller may already hold a JVM gateway and threads.
         with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=get_context("spawn")) as pool:
-            for rep in pool.map(_decode_job, jobs, chunksize=1):
-                reports.append(rep)
+            for reps in pool.map(_decode_job, jobs, chunksize=1):
+                reports.extend(reps)
                 if progress:
-                    progress(len(reports), len(jobs))
+                    progress(len(reports), len(files))
     reports.sort(key=lambda r: r.file)
-    return IngestResult(out_dir, len(jobs), sum(r.records for r in reports), tuple(reports))
+    return IngestResult(out_dir, len(files), sum(r.records for r in reports), tuple(reports))

@@ -7,13 +7,15 @@ publish time (JOIN/LEAVE in the traces) that were up then (node_down/node_up
 in events.jsonl) and did not publish it; a delivery is a node's first
 DELIVER_MESSAGE of it; latency is first delivery minus first publish.
 
-The job is a chain of named stages, each a function returning a DataFrame
-(node_counts, messages, expected_recipients, deliveries, lower_bound,
-per_message, time series, per_node_delivery, in-flight RPCs), and
-`summarize`. Everything that grows with the number of events stays in Spark;
-small inputs (subscription and up/down intervals, shortest-path distances,
-the mesh-changing events) are handled on the driver, and the per-message and
-per-delivery tables come to the driver once, as Arrow, to be written.
+The job is a chain of named stages, each a function returning a DataFrame.
+What grows with the number of events is Spark's, over one cached events
+table, in six actions (node_counts, structure_events, messages with their
+duplicates, expected_recipients joined to first deliveries,
+time_series_control, unreceived_rpcs), each brought to the driver once as
+Arrow. What those return is small next to the events, and the stages over it
+run on the driver (analysis/deliveries.py: lower bound, per message, the
+delivery time series, per node, latency distribution, in flight; here:
+subscription and up/down intervals, mesh degree, recovery) and `summarize`.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from analysis import deliveries as dlv
+from analysis.ingest import SCHEMA as EVENTS_SCHEMA
 from analysis.implementations import declared, per_implementation
 from analysis.rundir import RunDir
 from node.trace_vocab import (
@@ -55,8 +60,12 @@ NEG_INF = -(1 << 62)
 
 CDF_POINTS = [i / 100 for i in range(101)]
 PRE_EVENT_WINDOW_NS = 10 * NS  # the pre-event delivery level is taken over this window
-RECOVERY_FRACTION = 0.99
-CODEGEN_MIN_EVENTS = 1_000_000  # recovered: back to >= 99% of the pre-event level
+RECOVERY_FRACTION = 0.99  # recovered: back to >= 99% of the pre-event level
+CODEGEN_MIN_EVENTS = 1_000_000
+# The ingested table's schema for Spark: given, not inferred (inferring it
+# from the Parquet footers is a Spark job of its own)
+_SPARK_TYPES = {pa.string(): "string", pa.int8(): "tinyint", pa.int32(): "int", pa.int64(): "bigint"}
+EVENTS_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in EVENTS_SCHEMA)
 
 
 @dataclass
@@ -117,18 +126,29 @@ def down_intervals(
     """(node, start, end) while a node was unreachable, and the times its
     router state was lost. From events.jsonl node_down/node_up; without
     events.jsonl (go traces) a node counts as up between its first and last
-    trace event ("seen alive")."""
+    trace event ("seen alive").
+
+    A node is down from the moment the churn action that took it down was
+    issued (its `churn` event), not only from its node_down, which is logged
+    when the action is done: a docker kill takes a few hundred ms to land, and
+    a message published meanwhile cannot be expected of a node being killed.
+    In the simulator both are the same instant."""
     down: list[tuple[str, int, int]] = []
     resets: list[tuple[str, int]] = []
     if has_events:
         open_since: dict[str, int] = {}
+        issued: dict[tuple[str, str], int] = {}  # (node, action) -> when the latest such churn was issued
         for ev in events:
             kind, node = ev.get("kind"), ev.get("node")
+            if kind == RunEvent.CHURN:
+                for name in ev.get("nodes") or ():
+                    issued[(name, ev.get("action"))] = int(ev["t_ns"])
             if not node:
                 continue
             if kind == RunEvent.NODE_DOWN:
-                open_since.setdefault(node, int(ev["t_ns"]))
-                resets.append((node, int(ev["t_ns"])))
+                t = int(ev["t_ns"])
+                open_since.setdefault(node, min(t, issued.pop((node, ev.get("cause")), t)))
+                resets.append((node, t))
             elif kind == RunEvent.NODE_UP and node in open_since:
                 down.append((node, open_since.pop(node), int(ev["t_ns"])))
         down.extend((node, start, INF) for node, start in open_since.items())
@@ -268,17 +288,12 @@ def local_frame(spark, rows: list[tuple], columns: list[tuple[str, str]]):
     return spark.createDataFrame(pdf, ", ".join(f"{name} {kind}" for name, kind in columns))
 
 
-def _write_spark(df, path: Path) -> pd.DataFrame:
-    """A table that grows with the messages: computed by Spark, brought to the
-    driver once as Arrow, written with pyarrow (no Spark write job and no
-    re-read), returned for the driver-side reductions."""
-    table = df.toArrow()
+def _write_table(table: pa.Table, path: Path) -> None:
     if path.is_dir():
         import shutil
 
         shutil.rmtree(path)
     pq.write_table(table, path)
-    return table.to_pandas()
 
 
 def node_counts(E):
@@ -323,15 +338,16 @@ def node_counts(E):
 def structure_events(E) -> pd.DataFrame:
     """The events that shape subscriptions and meshes (JOIN, LEAVE, GRAFT,
     PRUNE, REMOVE_PEER), in trace order: they grow with membership and mesh
-    churn, not with messages, so the driver takes them in one pass."""
+    churn, not with messages, so the driver takes them in one pass (and
+    sorts them: a Spark sort would be two more jobs)."""
     from pyspark.sql import functions as F
 
-    return (
+    rows = (
         E.where(F.col("type").isin(JOIN, LEAVE, GRAFT, PRUNE, REMOVE_PEER))
         .select("node", "type", "topic", "peer", "ts", "seq")
-        .orderBy("node", "ts", "seq")
-        .toPandas()
+        .toArrow()
     )
+    return rows.sort_by([("node", "ascending"), ("ts", "ascending"), ("seq", "ascending")]).to_pandas()
 
 
 def build_context(run: RunDir, per_node: pd.DataFrame, structure: pd.DataFrame) -> Context:
@@ -367,11 +383,27 @@ def build_context(run: RunDir, per_node: pd.DataFrame, structure: pd.DataFrame) 
         down=down,
         resets=resets,
         churn=[e for e in run.events if e.get("kind") == RunEvent.CHURN],
-        publishes=[e for e in run.events if e.get("kind") == RunEvent.PUBLISH and e.get("message_id")],
+        publishes=log_publishes(run),
     )
 
 
-def messages(spark, E, ctx: Context):
+def log_publishes(run: RunDir) -> list[dict[str, Any]]:
+    """The workload's publish entries in events.jsonl (with a message id)."""
+    return [e for e in run.events if e.get("kind") == RunEvent.PUBLISH and e.get("message_id")]
+
+
+def _together(*actions):
+    """Run independent Spark actions at once, each from its own thread;
+    their results in order. A small input's action is mostly fixed latency
+    (planning, scheduling, a round trip to a Connect server), which overlaps."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(actions)) as pool:
+        futures = [pool.submit(action) for action in actions]
+        return [f.result() for f in futures]
+
+
+def messages(spark, E, publishes: list[dict[str, Any]]):
     """Per message: first publish time, topic and publishers, from
     PUBLISH_MESSAGE in the traces and, for messages no trace shows published,
     the workload's publish entries in events.jsonl."""
@@ -386,10 +418,10 @@ def messages(spark, E, ctx: Context):
             F.array_sort(F.collect_set("node")).alias("publishers"),
         )
     )
-    if not ctx.publishes:
+    if not publishes:
         return M_trace
     rows = []
-    for p in ctx.publishes:
+    for p in publishes:
         pubs = [p["node"]] if p.get("node") else list(p.get("via") or [])
         rows.append((str(p["message_id"]).lower(), int(p["t_ns"]), p.get("topic"), sorted(pubs)))
     M_log = (
@@ -429,101 +461,27 @@ def first_deliveries(E):
 
 
 def deliveries(X, Dl):
-    """Expected recipients with their first delivery, if any, and latency."""
+    """Expected recipients (`expected` true) with their first delivery, if
+    any; and, with `expected` null, first deliveries to nodes that were not
+    expected recipients (what unexpected deliveries are counted from): one
+    join gives both."""
     from pyspark.sql import functions as F
 
-    return (
-        X.join(Dl, ["msg", "node"], "left")
-        .withColumn("delivered", F.col("deliver_ts").isNotNull())
-        .withColumn("latency_ms", (F.col("deliver_ts") - F.col("publish_ts")) / 1e6)
+    return X.select("msg", "node", "topic", "publish_ts", F.lit(True).alias("expected")).join(
+        Dl, ["msg", "node"], "full"
     )
 
 
-def lower_bound(spark, XD, edges: list[dict[str, Any]], sources: list[str]):
-    """Adds lower_bound_ms (shortest overlay path from the nearest publisher,
-    Dijkstra on the driver) and stretch (latency over that bound)."""
+def duplicates(E):
+    """Per message: its DUPLICATE_MESSAGE events."""
     from pyspark.sql import functions as F
 
-    if edges:
-        dist = shortest_paths(edges, sources)
-        lb_rows = [(s, n, float(d)) for s, ds in dist.items() for n, d in ds.items()]
-        LB = local_frame(
-            spark, lb_rows or [("", "", 0.0)], [("lb_publisher", "string"), ("lb_node", "string"), ("lb_ms", "double")]
-        )
-        lb = (
-            XD.select("msg", "node", F.explode("publishers").alias("lb_publisher"))
-            .join(F.broadcast(LB), ["lb_publisher"])
-            .where(F.col("lb_node") == F.col("node"))
-            .groupBy("msg", "node")
-            .agg(F.min("lb_ms").alias("lower_bound_ms"))
-        )
-        XD = XD.join(lb, ["msg", "node"], "left")
-    else:
-        XD = XD.withColumn("lower_bound_ms", F.lit(None).cast("double"))
-    return XD.withColumn(
-        "stretch",
-        F.when(F.col("delivered") & (F.col("lower_bound_ms") > 0), F.col("latency_ms") / F.col("lower_bound_ms")),
-    )
-
-
-def per_message(M, XD, E, t0: int):
-    """Per message: expected and delivered recipients, median and max
-    latency, duplicates, delivery ratio, publish time from t0."""
-    from pyspark.sql import functions as F
-
-    dups = E.where(F.col("type") == DUPLICATE).groupBy("msg").agg(F.count(F.lit(1)).alias("duplicates"))
-    agg = XD.groupBy("msg").agg(
-        F.count(F.lit(1)).alias("expected"),
-        F.sum(F.col("delivered").cast("int")).alias("delivered"),
-        F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
-        F.max("latency_ms").alias("latency_max_ms"),
-    )
-    return (
-        M.join(agg, "msg", "left")
-        .join(dups, "msg", "left")
-        .fillna(0, ["expected", "delivered", "duplicates"])
-        .withColumn("delivery_ratio", F.when(F.col("expected") > 0, F.col("delivered") / F.col("expected")))
-        .withColumn("publish_t_s", (F.col("publish_ts") - F.lit(t0)) / 1e9)
-    )
-
-
-def latency_distribution(XD):
-    """One row: delivered count, the CDF's percentiles, max, mean, stretch percentiles."""
-    from pyspark.sql import functions as F
-
-    pts = ", ".join(str(p) for p in CDF_POINTS)
-    return XD.where("delivered").agg(
-        F.count(F.lit(1)).alias("n"),
-        F.expr(f"percentile(latency_ms, array({pts}))").alias("q"),
-        F.max("latency_ms").alias("max"),
-        F.avg("latency_ms").alias("mean"),
-        F.expr("percentile(stretch, array(0.5, 0.9, 0.99))").alias("stretch_q"),
-        F.count("stretch").alias("stretch_n"),
-    )
-
-
-def time_series_delivery(XD, t0: int):
-    """Per second of publish time: messages, expected, delivered, latency p50/p99."""
-    from pyspark.sql import functions as F
-
-    sec = F.floor((F.col("publish_ts") - F.lit(t0)) / NS).cast("long")
-    return (
-        XD.withColumn("t_s", sec)
-        .groupBy("t_s")
-        .agg(
-            F.countDistinct("msg").alias("messages"),
-            F.count(F.lit(1)).alias("expected"),
-            F.sum(F.col("delivered").cast("int")).alias("delivered"),
-            F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
-            F.expr("percentile(latency_ms, 0.99)").alias("latency_p99_ms"),
-        )
-        .withColumn("delivery_ratio", F.col("delivered") / F.col("expected"))
-        .orderBy("t_s")
-    )
+    return E.where(F.col("type") == DUPLICATE).groupBy("msg").agg(F.count(F.lit(1)).alias("duplicates"))
 
 
 def time_series_control(E, t0: int):
-    """Per second of event time: what went on the wire and what was delivered."""
+    """Per second of event time: what went on the wire and what was delivered
+    (unordered: the driver sorts the few rows)."""
     from pyspark.sql import functions as F
 
     esec = F.floor((F.col("ts") - F.lit(t0)) / NS).cast("long")
@@ -544,41 +502,15 @@ def time_series_control(E, t0: int):
             F.sum(F.when(send, F.col("size")).otherwise(0)).alias("bytes"),
             F.sum(F.when(F.col("type") == DROP_RPC, 1).otherwise(0)).alias("dropped"),
         )
-        .orderBy("t_s")
     )
 
 
-def per_node_delivery(XD):
-    """Per node: messages it was expected to get, how many it got, median latency."""
-    from pyspark.sql import functions as F
-
-    return XD.groupBy("node").agg(
-        F.count(F.lit(1)).alias("expected"),
-        F.sum(F.col("delivered").cast("int")).alias("delivered_expected"),
-        F.expr("percentile(latency_ms, 0.5)").alias("latency_p50_ms"),
-    )
-
-
-def unexpected_deliveries(Dl, XD, M):
-    """First deliveries to a node that was not an expected recipient and is
-    not a publisher of the message (a publisher's own DELIVER, as go traces
-    it, is not a delivery to another subscriber)."""
-    from pyspark.sql import functions as F
-
-    return (
-        Dl.join(XD.select("msg", "node"), ["msg", "node"], "left_anti")
-        .join(M.select("msg", "publishers"), "msg", "left")
-        .where(F.col("publishers").isNull() | ~F.array_contains("publishers", F.col("node")))
-    )
-
-
-def unreceived_rpcs(E, Dn, traced: list[str], t_end: int):
+def unreceived_rpcs(E, traced: list[str]):
     """SEND_RPCs their receiver never recorded: per directed link the sends
     beyond the receiver's RECV_RPC count, taken as the last ones (links
-    deliver in order). One row per such send with `in_flight`: the receiver
-    stayed up from the send to the end of the run, so the RPC was still on
-    its way when the traces ended rather than lost to churn. Only receivers
-    that wrote a trace count."""
+    deliver in order); one row (dst, ts, msg) per such send. Only receivers
+    that wrote a trace count. Whether each was lost to churn or still in
+    flight at the end is decided on the driver (deliveries.in_flight)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -591,36 +523,23 @@ def unreceived_rpcs(E, Dn, traced: list[str], t_end: int):
         .agg(F.count(F.lit(1)).alias("received"))
     )
     w = Window.partitionBy("src", "dst").orderBy("ts", "seq")
-    unmatched = (
+    return (
         sends.withColumn("k", F.row_number().over(w))
         .join(recvs, ["src", "dst"], "left")
         .where(F.col("k") > F.coalesce(F.col("received"), F.lit(0)))
+        .select("dst", "ts", "msg")
     )
-    lost = unmatched.join(
-        Dn, (Dn.d_node == unmatched.dst) & (Dn.d_end > unmatched.ts) & (Dn.d_start <= F.lit(t_end)), "left_semi"
-    ).select("src", "dst", "ts", "seq", F.lit(True).alias("lost"))
-    return (
-        unmatched.join(lost, ["src", "dst", "ts", "seq"], "left")
-        .withColumn("in_flight", F.col("lost").isNull())
-        .select("src", "dst", "ts", "msg", "in_flight")
-    )
-
-
-def messages_in_flight(XD, unreceived):
-    """Messages still propagating when the traces ended: an RPC carrying the
-    message (as its first message) to an expected recipient that had not got
-    it was still in flight at the end."""
-    from pyspark.sql import functions as F
-
-    pending = XD.where(~F.col("delivered")).select("msg", "node")
-    carriers = unreceived.where(F.col("in_flight") & F.col("msg").isNotNull()).select(
-        "msg", F.col("dst").alias("node")
-    )
-    return pending.join(carriers, ["msg", "node"], "left_semi").select("msg").distinct()
 
 
 def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, Any]:
-    """All the metrics of a run: writes RUN_DIR/metrics/*.parquet, returns the summary."""
+    """All the metrics of a run: writes RUN_DIR/metrics/*.parquet, returns the summary.
+
+    Six Spark actions over the cached events, in two rounds of three that
+    run at once: per-node counts, structure events and messages; then
+    deliveries (which need the first round's subscriptions and up/down
+    intervals), the control time series and the unreceived RPCs. Everything
+    after them is driver-side work on what they returned
+    (analysis/deliveries.py)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -630,26 +549,40 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
 
     out_dir = run.metrics_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    E = spark.read.parquet(str(events_dir)).persist(StorageLevel.MEMORY_AND_DISK)
+    _size_session(spark, sum(pq.read_metadata(p).num_rows for p in sorted(events_dir.glob("*.parquet"))))
+    E = spark.read.schema(EVENTS_DDL).parquet(str(events_dir)).persist(StorageLevel.MEMORY_AND_DISK)
+    M = messages(spark, E, log_publishes(run)).persist()
 
-    step("per-node counts")
-    per_node = node_counts(E).toPandas()
-    structure = structure_events(E)
-    ctx = build_context(run, per_node, structure)
-    t0 = ctx.t0
-    n_events = int(per_node["events"].sum()) if len(per_node) else 0
-    _size_session(spark, n_events)
+    try:
+        step("per-node counts, structure events, messages")
+        per_node, structure, msgs = _together(
+            lambda: node_counts(E).toArrow().to_pandas(),
+            lambda: structure_events(E),
+            lambda: M.join(duplicates(E), "msg", "left").toArrow().to_pandas(),
+        )
+        ctx = build_context(run, per_node, structure)
+        t0 = ctx.t0
+        S = F.broadcast(
+            local_frame(spark, ctx.subscriptions, [("s_node", "string"), ("s_topic", "string"),
+                                                   ("s_start", "long"), ("s_end", "long")])
+        )
+        Dn = F.broadcast(
+            local_frame(spark, ctx.down, [("d_node", "string"), ("d_start", "long"), ("d_end", "long")])
+        )
+        traced = sorted(per_node["node"].dropna())
 
-    S = F.broadcast(
-        local_frame(spark, ctx.subscriptions, [("s_node", "string"), ("s_topic", "string"), ("s_start", "long"),
-                                               ("s_end", "long")])
-    )
-    Dn = F.broadcast(local_frame(spark, ctx.down, [("d_node", "string"), ("d_start", "long"), ("d_end", "long")]))
-
-    step("messages and expected recipients")
-    M = messages(spark, E, ctx).persist()
-    X = expected_recipients(M, S, Dn)
-    Dl = first_deliveries(E).persist()
+        step("expected recipients and deliveries, control time series, unreceived RPCs")
+        rows, control, unmatched = _together(
+            lambda: deliveries(expected_recipients(M, S, Dn), first_deliveries(E)).toArrow(),
+            lambda: time_series_control(E, t0).toArrow().to_pandas(),
+            lambda: unreceived_rpcs(E, traced).toArrow().to_pandas(),
+        )
+    finally:  # a Connect server outlives this analysis: leave nothing cached on it
+        for df in (M, E):
+            df.unpersist()
+    publishers = {m: list(p) for m, p in zip(msgs["msg"], msgs["publishers"])}
+    expected = pc.is_valid(rows["expected"])
+    candidates = rows.filter(pc.invert(expected)).select(["msg", "node"]).to_pandas()
 
     step("lower bound (shortest paths)")
     edges = run.topology_edges()
@@ -657,27 +590,18 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
         set(per_node.loc[per_node["published"] > 0, "node"].dropna())
         | {p for e in ctx.publishes for p in ([e["node"]] if e.get("node") else e.get("via") or [])}
     )
-    XD = lower_bound(spark, deliveries(X, Dl), edges, sources).persist(StorageLevel.MEMORY_AND_DISK)
-
-    step("deliveries table")
-    deliveries_pd = _write_spark(
-        XD.select(
-            "msg", "topic", "node", "publish_ts", "deliver_ts", "delivered", "latency_ms", "lower_bound_ms", "stretch"
-        ),
-        out_dir / "deliveries.parquet",
-    )
+    table = dlv.deliveries_table(rows.filter(expected), publishers, shortest_paths(edges, sources) if edges else None)
+    _write_table(table, out_dir / "deliveries.parquet")
+    deliveries_pd = table.to_pandas()
 
     step("per-message metrics")
-    msg_pd = _write_spark(per_message(M, XD, E, t0), out_dir / "messages.parquet")
-    unexpected = unexpected_deliveries(Dl, XD, M).count()
+    msg_pd = dlv.per_message(msgs, deliveries_pd, t0)
+    _write_pandas(msg_pd, out_dir / "messages.parquet")
+    unexpected = dlv.unexpected_deliveries(candidates, publishers)
 
     step("latency distribution")
-    lat = latency_distribution(XD).collect()[0]
-    qs = lat.q if lat.n else None
-    cdf = pd.DataFrame(
-        {"quantile": CDF_POINTS, "latency_ms": [float(v) for v in qs] if qs else [math.nan] * len(CDF_POINTS)}
-    )
-    _write_pandas(cdf if qs else cdf.iloc[0:0], out_dir / "latency_cdf.parquet")
+    lat = dlv.latency_distribution(deliveries_pd, CDF_POINTS)
+    _write_pandas(dlv.cdf_frame(lat, CDF_POINTS), out_dir / "latency_cdf.parquet")
     with_exp = msg_pd[msg_pd["expected"] > 0]
     dup_hist = (
         msg_pd.groupby("duplicates").size().reset_index(name="messages").sort_values("duplicates")
@@ -687,8 +611,8 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     _write_pandas(dup_hist, out_dir / "duplicates_hist.parquet")
 
     step("time series")
-    _write_pandas(time_series_delivery(XD, t0).toPandas(), out_dir / "timeseries_delivery.parquet")
-    _write_pandas(time_series_control(E, t0).toPandas(), out_dir / "timeseries_control.parquet")
+    _write_pandas(dlv.time_series_delivery(deliveries_pd, t0), out_dir / "timeseries_delivery.parquet")
+    _write_pandas(control.sort_values("t_s", ignore_index=True), out_dir / "timeseries_control.parquet")
 
     step("mesh degree")
     mesh_samples, mesh_hist = mesh_degree(structure, ctx)
@@ -698,7 +622,7 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     step("per-node load")
     nodes_df = pd.DataFrame({"node": ctx.nodes})
     nodes_df = nodes_df.merge(per_node[per_node["node"].notna()], on="node", how="left").merge(
-        per_node_delivery(XD).toPandas(), on="node", how="left"
+        dlv.per_node_delivery(deliveries_pd), on="node", how="left"
     )
     count_cols = [c for c in nodes_df.columns if c not in ("node", "first_ts", "last_ts", "latency_p50_ms")]
     nodes_df[count_cols] = nodes_df[count_cols].fillna(0).astype("int64")
@@ -707,28 +631,17 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     _write_pandas(nodes_df, out_dir / "nodes.parquet")
 
     step("messages in flight at the end")
-    traced = sorted(per_node["node"].dropna())
-    U = unreceived_rpcs(E, Dn, traced, ctx.t_end).persist()
-    u = U.agg(
-        F.count(F.lit(1)).alias("n"), F.sum(F.col("in_flight").cast("int")).alias("in_flight")
-    ).collect()[0]
-    in_flight_msgs = messages_in_flight(XD, U).count() if u.in_flight else 0
+    in_flight = dlv.in_flight(unmatched, ctx.down, ctx.t_end, deliveries_pd)
 
     step("recovery after churn")
     recovery = recovery_after_churn(msg_pd, ctx.churn, t0, ctx.t_end)
-    for df in (U, XD, Dl, M, E):
-        df.unpersist()
 
     summary = summarize(
-        run, ctx, per_node, nodes_df, msg_pd, with_exp, lat, qs, mesh_samples, recovery,
-        unexpected=int(unexpected),
+        run, ctx, per_node, nodes_df, msg_pd, with_exp, lat, mesh_samples, recovery,
+        unexpected=unexpected,
         has_lb=bool(edges),
         has_sizes=has_sizes,
-        in_flight={
-            "rpcs_unreceived": int(u.n),
-            "rpcs_in_flight_at_end": int(u.in_flight or 0),
-            "messages_propagating_at_end": int(in_flight_msgs),
-        },
+        in_flight=in_flight,
     )
     if declared(run.topology_nodes()):
         summary["implementations"] = per_implementation(run.topology_nodes(), nodes_df, per_node, deliveries_pd)
@@ -737,16 +650,18 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
 
 def _size_session(spark, n_events: int) -> None:
     """Shuffle partitions sized to the data and the cores (about 250k events
-    each, at most two per core); whole-stage code generation only where it
-    pays off: on small inputs compiling the generated code costs more than it
-    saves, and so does adaptive execution's re-planning at every stage."""
+    each, at most two per core); adaptive execution wherever there is more
+    than one (it coalesces them and picks joins from real sizes: with one
+    partition it has nothing to adapt and only adds a job per stage);
+    whole-stage code generation only where it pays off: on small inputs
+    compiling the generated code costs more than it saves."""
     from analysis.spark import parallelism
 
     cores = parallelism(spark)
-    big = n_events >= CODEGEN_MIN_EVENTS
-    spark.conf.set("spark.sql.codegen.wholeStage", "true" if big else "false")
-    spark.conf.set("spark.sql.adaptive.enabled", "true" if big else "false")
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(1, min(2 * cores, n_events // 250_000))))
+    partitions = max(1, min(2 * cores, n_events // 250_000))
+    spark.conf.set("spark.sql.codegen.wholeStage", "true" if n_events >= CODEGEN_MIN_EVENTS else "false")
+    spark.conf.set("spark.sql.adaptive.enabled", "true" if partitions > 1 else "false")
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
 
 
 def summarize(
@@ -756,8 +671,7 @@ def summarize(
     nodes_df: pd.DataFrame,
     msg_pd: pd.DataFrame,
     with_exp: pd.DataFrame,
-    lat,
-    qs,
+    lat: dlv.LatencyDistribution,
     mesh_samples: pd.DataFrame,
     recovery: list[dict[str, Any]],
     unexpected: int,
@@ -790,11 +704,11 @@ def summarize(
         "iwant": total("iwant_sent"),
     }
     latency = {
-        "p50": _pct(qs, 50),
-        "p90": _pct(qs, 90),
-        "p99": _pct(qs, 99),
-        "max": float(lat["max"]) if lat.n else None,
-        "mean": float(lat["mean"]) if lat.n else None,
+        "p50": _pct(lat.q, 50),
+        "p90": _pct(lat.q, 90),
+        "p99": _pct(lat.q, 99),
+        "max": lat.max,
+        "mean": lat.mean,
     }
     stretch = {
         "p50": _pct(lat.stretch_q, 0) if lat.stretch_n else None,
