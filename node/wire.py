@@ -199,6 +199,37 @@ def decode_rpc(data: bytes, message_id_function: str = FROM_SEQNO) -> Rpc:
     return Rpc(subs, msgs, control)
 
 
+class RpcDecoder:
+    """`decode_rpc` for one router, remembering the frames it decoded last
+    (at most `max_bytes` of them; a frame above an eighth of that is never
+    kept). A message forwarded through a mesh reaches a router once from each
+    mesh peer, and every copy is the same bytes (each forwarder encodes the
+    same message the same way), so the copies after the first are one dict
+    lookup, and they are the same `Rpc` object, whose trace metadata the trace
+    encoder already holds. Decoding is a pure function of the bytes, so
+    sharing the frozen result changes nothing; a frame that fails to decode is
+    not remembered."""
+
+    def __init__(self, message_id_function: str = FROM_SEQNO, max_bytes: int = 1 << 20) -> None:
+        self.message_id_function = message_id_function
+        self.max_bytes = max_bytes
+        self._recent: dict[bytes, Rpc] = {}
+        self._bytes = 0
+
+    def decode(self, frame: bytes) -> Rpc:
+        rpc = self._recent.get(frame)
+        if rpc is None:
+            rpc = decode_rpc(frame, self.message_id_function)
+            if len(frame) <= self.max_bytes >> 3:
+                recent = self._recent
+                self._bytes += len(frame)
+                while self._bytes > self.max_bytes:
+                    self._bytes -= len(oldest := next(iter(recent)))
+                    del recent[oldest]
+                recent[frame] = rpc
+        return rpc
+
+
 def _varint_len(n: int) -> int:
     size = 1
     while n >= 0x80:

@@ -4,6 +4,8 @@ multistream-select over in-memory streams, noise and plaintext handshakes
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import trio
 import trio.testing
@@ -13,6 +15,7 @@ from node.libp2p import multistream, noise, plaintext, yamux
 from node.libp2p.bufstream import BufferedStream
 from node.libp2p.connection import upgrade
 from node.libp2p.errors import ProtocolError
+from node.libp2p.poller import ReadPoller
 from node.proto import libp2p_pb2
 
 
@@ -176,6 +179,62 @@ def test_noise_xx_agrees_on_keys_and_checks_the_identity():
     empty = libp2p_pb2.NoiseHandshakePayload(identity_key=bob.public_key_proto).SerializeToString()
     with pytest.raises(ProtocolError, match="lacks"):
         noise.check_payload(empty, initiator.rs)
+
+
+def test_noise_channel_opens_messages_split_anywhere():
+    """The sans-I/O read side a connection feeds its socket's bytes to: a
+    message's plaintext comes out when its last byte is in, and a stream that
+    ends inside a message is a protocol error."""
+    initiator, responder = noise.NoiseHandshake(True), noise.NoiseHandshake(False)
+    bob = identity_for_index(2)
+    responder.read_message(initiator.write_message(b""))
+    initiator.read_message(responder.write_message(noise.make_payload(bob, responder.s_pub)))
+    responder.read_message(initiator.write_message(noise.make_payload(identity_for_index(1), initiator.s_pub)))
+    sender = noise.NoiseChannel(BufferedStream(None), *initiator.split())
+    receiver = noise.NoiseChannel(BufferedStream(None), *responder.split())
+    wire = sender.seal(b"one") + sender.seal(b"two")
+    assert receiver.open(wire[:3]) == b""
+    assert receiver.open(wire[3:-1]) == b"one"
+    assert receiver.open(wire[-1:]) == b"two"
+    assert receiver.open(b"") == b""
+    assert receiver.open(sender.seal(b"three")[:5]) == b""
+    with pytest.raises(ProtocolError, match="closed while reading"):
+        receiver.open(b"")
+
+
+def test_read_poller_calls_back_every_readable_socket_until_removed():
+    async def main():
+        pairs = [socket.socketpair() for _ in range(3)]
+        for a, b in pairs:
+            b.setblocking(False)
+        poller = ReadPoller()
+        got: list[tuple[int, bytes]] = []
+
+        def reader(i: int, sock: socket.socket):
+            return lambda: got.append((i, sock.recv(100)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            for i, (_, b) in enumerate(pairs):
+                poller.add(b.fileno(), reader(i, b))
+            pairs[0][0].send(b"x")
+            pairs[2][0].send(b"z")
+            with trio.fail_after(5):
+                while len(got) < 2:
+                    await trio.sleep(0.001)
+            assert sorted(got) == [(0, b"x"), (2, b"z")]
+            poller.remove(pairs[1][1].fileno())
+            pairs[1][0].send(b"y")
+            await trio.sleep(0.05)
+            assert len(got) == 2  # removed: never called
+            nursery.cancel_scope.cancel()
+        with pytest.raises(trio.ClosedResourceError):
+            poller.add(pairs[1][1].fileno(), reader(1, pairs[1][1]))
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+    trio.run(main)
 
 
 @pytest.mark.parametrize("security", ["noise", "plaintext"])

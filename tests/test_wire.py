@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from node.wire import (
+    FIRST_8_BYTES,
     Control,
     Graft,
     IHave,
@@ -15,6 +16,7 @@ from node.wire import (
     Message,
     Prune,
     Rpc,
+    RpcDecoder,
     SubOpts,
     WireError,
     decode_rpc,
@@ -124,6 +126,36 @@ def test_malformed_bytes_raise_wire_error():
     for bad in (b"\x0a", b"\x0a\x05ab", b"\xff\xff\xff", b"\x12\x02\x0a\x05", b"\x07"):
         with pytest.raises(WireError):
             decode_rpc(bad)
+
+
+def test_rpc_decoder_gives_one_object_for_copies_of_a_frame():
+    """A message forwarded by several mesh peers arrives as the same bytes:
+    the decoder decodes it once and hands back the same Rpc, equal to what
+    decode_rpc gives (under the router's message-id function)."""
+    msg = Message(b"origin", b"01234567-data", seqno_bytes(7), "t", b"s" * 64)
+    frame = encode_rpc(Rpc(publish=(msg,)))
+    decoder = RpcDecoder(FIRST_8_BYTES)
+    first = decoder.decode(frame)
+    assert first == decode_rpc(frame, FIRST_8_BYTES)
+    assert first.publish[0].id == b"01234567"
+    assert decoder.decode(bytes(frame)) is first
+    other = encode_rpc(Rpc(publish=(Message(b"origin", b"x", seqno_bytes(8), "t"),)))
+    assert decoder.decode(other) is not first
+
+
+def test_rpc_decoder_is_bounded_and_forgets_bad_frames():
+    frames = [encode_rpc(Rpc(subscriptions=(SubOpts(True, f"t{i}"),))) for i in range(9)]
+    decoder = RpcDecoder(max_bytes=8 * len(frames[0]))  # room for eight
+    kept = [decoder.decode(f) for f in frames]
+    assert all(decoder.decode(f) is k for f, k in zip(frames[1:], kept[1:]))
+    assert decoder.decode(frames[0]) is not kept[0]  # the oldest went when the ninth came
+    assert decoder.decode(frames[0]) == kept[0]
+    big = encode_rpc(Rpc(publish=(Message(b"o", bytes(100), seqno_bytes(1), "t"),)))
+    decoder = RpcDecoder(max_bytes=8 * len(big) - 1)  # a frame above an eighth is never kept
+    assert decoder.decode(big) is not decoder.decode(big)
+    for _ in range(2):
+        with pytest.raises(WireError):
+            decoder.decode(b"\x0a")
 
 
 # ---------------------------------------------------------------- random RPCs

@@ -7,16 +7,18 @@ a `MuxedConnection` that knows the remote peer id. A listener may refuse the
 peer as soon as the handshake names it (`admit`), before yamux: the dialler's
 upgrade then fails too, so neither side ever holds the refused connection.
 
-`MuxedConnection.run()` is the connection's life: one reader task feeds the
-sans-I/O `YamuxSession`. What the session queues is sealed (encrypted) at
-once, in order, and written straight onto the socket when nothing waits
-before it; what the socket does not take waits in a backlog that one sender
-task writes. So a frame costs no task switch on the way out, and one on the
-way in: a stream with a sink (`YamuxStream.set_sink`) gets its data in the
-reader's task. The reader never waits on the network's send side (a peer that
-stops reading cannot stall our reader into a deadlock); writers on streams
-wait for send window and for the backlog to drain below HIGH_WATER, which is
-where back-pressure reaches the pubsub queue.
+`MuxedConnection.run()` is the connection's life: its reader reads the socket,
+decrypts (`open_`) and feeds the sans-I/O `YamuxSession`; on a node, the
+reader is a callback of the node's `ReadPoller`, which reads every connection
+from one task, else a task of its own. What the session queues is sealed
+(encrypted) at once, in order, and written straight onto the socket when
+nothing waits before it; what the socket does not take waits in a backlog that
+one sender task writes. So a frame costs no task switch on the way out, and at
+most one on the way in: a stream with a sink (`YamuxStream.set_sink`) gets its
+data in the reader's task. The reader never waits on the network's send side
+(a peer that stops reading cannot stall our reader into a deadlock); writers
+on streams wait for send window and for the backlog to drain below HIGH_WATER,
+which is where back-pressure reaches the pubsub queue.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from node.identity import Identity
 from node.libp2p import multistream, noise, plaintext, yamux
 from node.libp2p.bufstream import READ_CHUNK, BufferedStream
 from node.libp2p.errors import ProtocolError
+from node.libp2p.poller import ReadPoller
 
 SECURITY = {"noise": noise.PROTOCOL_ID, "plaintext": plaintext.PROTOCOL_ID}
 HIGH_WATER = 256 * 1024  # queued outbound bytes before stream writers wait
@@ -38,11 +41,11 @@ HIGH_WATER = 256 * 1024  # queued outbound bytes before stream writers wait
 
 async def upgrade(
     stream: trio.abc.Stream, identity: Identity, security: str, *, dialing: bool, expect: bytes | None = None,
-    admit: Callable[[bytes], None] | None = None,
+    admit: Callable[[bytes], None] | None = None, poller: ReadPoller | None = None,
 ) -> MuxedConnection:
     """TCP -> security -> yamux. ProtocolError (or a trio/OS error) when the
     remote fails any step, or when `admit(peer_id)` raises it; the caller
-    closes `stream`."""
+    closes `stream`. `poller`: the node's, which then reads the socket."""
     raw = BufferedStream(stream)
     proto = SECURITY[security]
     if dialing:
@@ -50,10 +53,12 @@ async def upgrade(
     else:
         await multistream.handle(raw, {proto})
     seal: Callable[[bytes], bytes] = bytes
+    open_: Callable[[bytes], bytes] = bytes
+    channel = None
     if proto == noise.PROTOCOL_ID:
         peer_id, channel = await noise.handshake(raw, identity, dialing, expect)
         secure = BufferedStream(channel)
-        seal = channel.seal
+        seal, open_ = channel.seal, channel.open
     else:
         peer_id = await plaintext.handshake(raw, identity, expect)
         secure = raw
@@ -65,7 +70,9 @@ async def upgrade(
         await multistream.select(secure, [yamux.PROTOCOL_ID])
     else:
         await multistream.handle(secure, {yamux.PROTOCOL_ID})
-    return MuxedConnection(stream, secure, peer_id, client=dialing, seal=seal)
+    leftover = secure.take_buffer() + (channel.take_pending() if channel is not None else b"")
+    return MuxedConnection(stream, secure, peer_id, client=dialing, seal=seal, open_=open_, leftover=leftover,
+                           poller=poller)
 
 
 class YamuxStream:
@@ -167,10 +174,16 @@ class YamuxStream:
 
 class MuxedConnection:
     def __init__(self, tcp: trio.abc.Stream, secure: BufferedStream, peer_id: bytes, client: bool,
-                 seal: Callable[[bytes], bytes] = bytes) -> None:
+                 seal: Callable[[bytes], bytes] = bytes, open_: Callable[[bytes], bytes] = bytes,
+                 leftover: bytes = b"", poller: ReadPoller | None = None) -> None:
+        """`seal`/`open_`: the security protocol's encryption and decryption
+        of the bytes on `tcp` (identity for plaintext); `leftover`: plaintext
+        the upgrade read ahead; `poller`: reads a socket `tcp` in the node's
+        poller task (else this connection's reader task reads it)."""
         self.tcp = tcp
         self.secure = secure
-        self.seal = seal  # the security protocol's encryption (identity for plaintext)
+        self.seal = seal
+        self.open = open_
         self.backlog = bytearray()  # sealed bytes the socket has not taken yet
         self._direct: socket.socket | None = None  # for writes without a task switch, while run() runs
         self._writing = False
@@ -182,7 +195,8 @@ class MuxedConnection:
         self.misbehaved = False  # closed for breaking a protocol rule
         self.bytes_in = 0
         self.bytes_out = 0
-        self._leftover = secure.take_buffer()
+        self._leftover = leftover
+        self._poller = poller
         self._send_wanted = trio.Event()
         self._drained = trio.Event()
         self._drained.set()
@@ -253,6 +267,7 @@ class MuxedConnection:
     def _close_direct(self) -> None:
         """Before trio closes its socket: ours is a second descriptor."""
         if self._direct is not None:
+            trio.lowlevel.notify_closing(self._direct)
             self._direct.close()
             self._direct = None
 
@@ -273,17 +288,77 @@ class MuxedConnection:
         await trio.aclose_forcefully(self.tcp)
 
     async def _reader(self, nursery: trio.Nursery, on_stream: Callable[[YamuxStream], Awaitable[None]]) -> None:
-        data = self._leftover
+        """Until the remote closes (return) or breaks a rule (raise)."""
+        if self._leftover:
+            self._consume(self._leftover, nursery, on_stream)
+        if self._poller is not None and self._direct is not None:
+            await self._polled(self._poller, self._direct, nursery, on_stream)
+            return
         while True:
-            if data:
-                self.bytes_in += len(data)
-                self._handle(self.session.receive_data(data), nursery, on_stream)
-                if self.session.pending_output():
-                    self.wake_sender()
-            data = await self.secure.receive_some(READ_CHUNK)
-            if not data:
+            raw = await self._receive()
+            data = self.open(raw)  # ProtocolError when the stream ends inside a message
+            if not raw:
                 self.close_reason = self.close_reason or "closed by peer"
                 return
+            self._consume(data, nursery, on_stream)
+
+    def _consume(self, data: bytes, nursery: trio.Nursery,
+                 on_stream: Callable[[YamuxStream], Awaitable[None]]) -> None:
+        """Plaintext from the remote into the yamux session."""
+        if data:
+            self.bytes_in += len(data)
+            self._handle(self.session.receive_data(data), nursery, on_stream)
+            if self.session.pending_output():
+                self.wake_sender()
+
+    async def _polled(self, poller: ReadPoller, sock: socket.socket, nursery: trio.Nursery,
+                      on_stream: Callable[[YamuxStream], Awaitable[None]]) -> None:
+        """The reader, as a callback of the node's poller: what ends it (the
+        remote's close, or an error, raised here) is handed to this task."""
+        fd = sock.fileno()
+        ended = trio.Event()
+        failure: list[Exception] = []
+
+        def readable() -> None:
+            try:
+                raw = sock.recv(READ_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                failure.append(exc)
+            else:
+                try:
+                    data = self.open(raw)
+                    if raw:
+                        self._consume(data, nursery, on_stream)
+                        return
+                except Exception as exc:  # ProtocolError, a GoAway's ClosedResourceError, any bug: this task's
+                    failure.append(exc)
+            poller.remove(fd)
+            ended.set()
+
+        poller.add(fd, readable)
+        try:
+            await ended.wait()
+        finally:
+            poller.remove(fd)
+        if failure:
+            raise failure[0]
+        self.close_reason = self.close_reason or "closed by peer"
+
+    async def _receive(self) -> bytes:
+        """What the network delivered (b"" at its end). On a socket: wait
+        until it is readable, then one recv, where trio's recv tries first and
+        so costs a failed recv and an exception per read."""
+        sock = self._direct
+        if sock is None:
+            return await self.tcp.receive_some(READ_CHUNK)
+        while True:
+            await trio.lowlevel.wait_readable(sock)
+            try:
+                return sock.recv(READ_CHUNK)
+            except BlockingIOError:
+                continue
 
     def _handle(self, events: list[yamux.Event], nursery: trio.Nursery,
                 on_stream: Callable[[YamuxStream], Awaitable[None]]) -> None:

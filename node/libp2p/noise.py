@@ -257,6 +257,24 @@ class NoiseChannel:
             parts.append(ciphertext)
         return b"".join(parts)
 
+    def open(self, data: bytes) -> bytes:
+        """Ciphertext in, the plaintext of every message it completes out
+        (b"" while a message is still partial); without I/O, so a connection
+        can read its socket itself. b"" in is the end of the stream, which
+        must not fall inside a message."""
+        if not data:
+            if self._buf:
+                raise ProtocolError("connection closed while reading a noise message")
+            return b""
+        self._buf += data
+        return self._open_whole_messages()
+
+    def take_pending(self) -> bytes:
+        """The plaintext of whole messages already read from the stream (read
+        ahead during the handshake or by `receive_some`); partial ones stay."""
+        self._buf += self.stream.take_buffer()
+        return self._open_whole_messages()
+
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self.stream.send_all(self.seal(data))
 
@@ -269,9 +287,7 @@ class NoiseChannel:
                 return plaintext
             data = await self.stream.receive_some(READ_CHUNK)
             if not data:
-                if self._buf:
-                    raise ProtocolError("connection closed while reading a noise message")
-                return b""
+                return self.open(data)
             self._buf += data
 
     def _open_whole_messages(self) -> bytes:

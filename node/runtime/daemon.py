@@ -1,8 +1,8 @@
 """The router daemon: one protocol engine on trio, a libp2p peer over TCP.
 
 One nursery holds the node's whole life: the peer listener, the control
-endpoint, a dial loop per initial peer, the heartbeat timer and the trace
-flusher. A router at rest wakes only for heartbeats: the flusher sleeps until
+endpoint, a dial loop per initial peer, the heartbeat timer, the trace
+flusher and the read poller (one task reads every peer connection). A router at rest wakes only for heartbeats: the flusher sleeps until
 an event is written, then flushes at most `flush_interval_ms` later (a killed
 node loses no more than that), and event-loop lag is the lateness of those
 two timers, which the router has anyway. Each connection is owned
@@ -60,11 +60,12 @@ from node.engine.api import Output
 from node.identity import INJECTOR_INDEX, identity_for_index, peer_id_from_b58, peer_id_to_b58
 from node.libp2p.connection import MuxedConnection, upgrade
 from node.libp2p.errors import ProtocolError
+from node.libp2p.poller import ReadPoller
 from node.runtime.lag import LagMeter
 from node.runtime.peer import PeerLink
 from node.runtime.shaper import LinkShaper, Uplink
 from node.tracefile import TraceWriter, rpc_event
-from node.wire import Rpc, decode_rpc, encode_rpc
+from node.wire import Rpc, RpcDecoder, encode_rpc
 
 log = logging.getLogger("node")
 
@@ -102,6 +103,8 @@ class Node:
         self.lag_path = Path(cfg.lag_path or cfg.trace_path + ".lag.json")
         self.uplink = Uplink(cfg.uplink_bps)
         self.rng = random.Random(f"runtime-{cfg.seed}")  # never the engine's RNG
+        self.decoder = RpcDecoder(cfg.message_id)
+        self.poller = ReadPoller()  # reads every peer connection (node/libp2p/poller.py)
         self.links: dict[bytes, PeerLink] = {}
         self.topics: set[str] = set()
         self.isolated: set[str] | None = None  # None: not isolated; empty: from everyone
@@ -132,6 +135,7 @@ class Node:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                nursery.start_soon(self.poller.run)
                 if handle_signals:
                     nursery.start_soon(self._signals)
                 nursery.start_soon(trio.serve_listeners, self._inbound, peer_listeners)
@@ -244,7 +248,7 @@ class Node:
     async def _upgrade(self, stream: trio.abc.Stream, *, dialing: bool, expect: bytes | None) -> MuxedConnection:
         with trio.fail_after(self.cfg.handshake_timeout_ms / 1000):
             return await upgrade(stream, self.identity, self.cfg.security, dialing=dialing, expect=expect,
-                                 admit=None if dialing else self._refuse_if_isolated)
+                                 admit=None if dialing else self._refuse_if_isolated, poller=self.poller)
 
     def _refuse_if_isolated(self, peer_id: bytes) -> None:
         if self._blocked(peer_id):
@@ -363,7 +367,7 @@ class Node:
     def _on_frame(self, link: PeerLink, frame: bytes) -> None:
         if self.links.get(link.peer_id) is not link:
             return  # a replaced connection's last words
-        rpc = decode_rpc(frame, self.cfg.message_id)  # WireError drops the peer
+        rpc = self.decoder.decode(frame)  # WireError drops the peer
         link.rpcs_in += 1
         self.counters["rpcs_in"] += 1
         now = time.time_ns()

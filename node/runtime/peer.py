@@ -65,6 +65,7 @@ class PeerLink:
         self.protocol = ""  # negotiated on our outbound stream
         self.ready = trio.Event()
         self._send, self._recv = trio.open_memory_channel[tuple[float, bytes]](max(queue_len, 1))
+        self._queued = 0  # frames in the channel
         self._held: tuple[float, bytes] | None = None
         self._writing = False
         self._out: YamuxStream | None = None  # our pubsub stream, once negotiated
@@ -86,24 +87,25 @@ class PeerLink:
     def offer(self, frame: bytes) -> str:
         """Queue a frame: 'sent' (queued), 'lost' (the shaper lost it on the
         way: still a SEND_RPC) or 'dropped' (queue full: a DROP_RPC)."""
-        now = trio.current_time()
-        if self.shaper.noop:
-            due = now
-        else:
+        due = 0.0  # at once
+        if not self.shaper.noop:
+            now = trio.current_time()
             maybe = self.shaper.schedule(now, len(frame))
             if maybe is None:
                 return "lost"
-            due = maybe
-        if due <= now and self._out is not None and self.idle() and self._out.try_send(frame):
+            if maybe > now:
+                due = maybe
+        if not due and self._out is not None and self.idle() and self._out.try_send(frame):
             return "sent"
         try:
             self._send.send_nowait((due, frame))
         except trio.WouldBlock:
             return "dropped"
+        self._queued += 1
         return "sent"
 
     def pending(self) -> int:
-        return self._recv.statistics().current_buffer_used + (1 if self._held or self._writing else 0)
+        return self._queued + (1 if self._held or self._writing else 0)
 
     def idle(self) -> bool:
         return self.pending() == 0
@@ -187,6 +189,7 @@ class PeerLink:
         while True:
             if self._held is None:
                 self._held = await self._recv.receive()
+                self._queued -= 1
             due, frame = self._held
             if due > trio.current_time():
                 await trio.sleep_until(due)
@@ -198,6 +201,7 @@ class PeerLink:
                     nxt = self._recv.receive_nowait()
                 except trio.WouldBlock:
                     break
+                self._queued -= 1
                 if nxt[0] <= now:
                     batch.append(nxt[1])
                 else:

@@ -46,10 +46,7 @@ class LinkShaper:
         self.jitter = shape.jitter_ms / 1000
         self._link = Uplink(shape.rate_bps)
         self._last_due = 0.0
-
-    @property
-    def noop(self) -> bool:
-        return self.shape.is_noop() and (self.uplink is None or not self.uplink.rate_bps)
+        self.noop = shape.is_noop() and (uplink is None or not uplink.rate_bps)  # every frame is due at once
 
     def schedule(self, now: float, size: int) -> float | None:
         t = now
