@@ -12,6 +12,12 @@ reports the time to the failure, the teardown's time and what each left:
 
     .venv/bin/python bench/bench_teardown.py --readiness-fail 250 --tries 2
 
+With --down N it times `testbed down` of a live N-container testbed (brought
+up with `testbed up` before each try): the CLI's wall time, its CPU time and
+dockerd's CPU time during it, and what was left:
+
+    .venv/bin/python bench/bench_teardown.py --down 10 --tries 5
+
 Docker is shared with whatever else runs on the host: the durations of the
 tries depend on that load; the counts of what is left must not.
 """
@@ -20,6 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,8 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.image import ensure_image  # noqa: E402
-from tests.kill_harness import kill_tries  # noqa: E402
-from tests.readiness_harness import readiness_tries  # noqa: E402
+from tests.kill_harness import TESTBED, kill_tries, labelled, records  # noqa: E402
+from tests.readiness_harness import experiment_text, readiness_tries  # noqa: E402
 
 
 def main() -> int:
@@ -39,11 +49,14 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON document at the end")
     parser.add_argument("--readiness-fail", type=int, metavar="N",
                         help="runs of N containers made to fail at readiness, --tries in a row")
+    parser.add_argument("--down", type=int, metavar="N", help="time `testbed down` of a live N-container testbed")
     args = parser.parse_args()
     quiet = args.json
     ensure_image()
     if args.readiness_fail:
         return readiness_bench(args.readiness_fail, args.tries, quiet)
+    if args.down:
+        return down_bench(args.down, args.tries, quiet)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-teardown-") as work:
         results = kill_tries(args.tries, args.seed, Path(work), report=(lambda _l: None) if quiet else print)
@@ -87,6 +100,63 @@ def readiness_bench(nodes: int, tries: int, quiet: bool) -> int:
               f"left nothing; down took {summary['down_s']} s")
     ok = summary["clean_tries"] == summary["failed_at_readiness"] == len(results)
     return 0 if ok else 1
+
+
+def _dockerd_cpu_s() -> float | None:
+    """dockerd's user+system CPU seconds so far (None: not visible from here)."""
+    pid = subprocess.run(["pidof", "dockerd"], capture_output=True, text=True).stdout.split()
+    try:
+        fields = Path(f"/proc/{pid[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    except (IndexError, OSError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def down_bench(nodes: int, tries: int, quiet: bool) -> int:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-teardown-down-") as work_dir:
+        work = Path(work_dir)
+        exp = work / "down.yaml"
+        exp.write_text(experiment_text("down", nodes, messages=5))
+        for index in range(tries):
+            state = work / f"state-{index}"
+            env = {**os.environ, "TESTBED_STATE_DIR": str(state)}
+            name = f"down{nodes}-{index}"
+            up = subprocess.run([str(TESTBED), "up", str(exp), "--backend", "docker", "--name", name, "--out",
+                                 str(work / name)], env=env, capture_output=True, text=True, timeout=600)
+            if up.returncode:
+                subprocess.run([str(TESTBED), "down", "--all"], env=env, capture_output=True, timeout=600)
+                print(f"try {index}: `testbed up` failed (exit {up.returncode}):\n{up.stderr}", file=sys.stderr)
+                return 1
+            cpu0, dockerd0, t0 = _children_cpu_s(), _dockerd_cpu_s(), time.monotonic()
+            down = subprocess.run([str(TESTBED), "down", name], env=env, capture_output=True, text=True, timeout=600)
+            wall, cpu, dockerd1 = time.monotonic() - t0, _children_cpu_s() - cpu0, _dockerd_cpu_s()
+            left = {**labelled(state), "records": records(state)}
+            row = {"try": index, "rc": down.returncode, "wall_s": round(wall, 2), "cli_cpu_s": round(cpu, 2),
+                   "dockerd_cpu_s": round(dockerd1 - dockerd0, 2) if dockerd0 is not None and dockerd1 else None,
+                   "load1": round(os.getloadavg()[0], 1), "left": left}
+            rows.append(row)
+            if not quiet:
+                print(f"try {index}: down of {nodes} containers: exit {down.returncode}, {row['wall_s']} s wall, "
+                      f"CLI CPU {row['cli_cpu_s']} s, dockerd CPU {row['dockerd_cpu_s']} s, load {row['load1']}; "
+                      f"left {sum(len(v) for v in left.values())}" + (f"\n{down.stderr}" if down.returncode else ""))
+    summary = {"nodes": nodes, "tries": len(rows),
+               "median": {k: statistics.median(r[k] for r in rows) for k in ("wall_s", "cli_cpu_s")},
+               "tries_detail": rows}
+    if all(r["dockerd_cpu_s"] is not None for r in rows):
+        summary["median"]["dockerd_cpu_s"] = statistics.median(r["dockerd_cpu_s"] for r in rows)
+    if quiet:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(f"\n`testbed down` of {nodes} containers, median of {len(rows)}: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in summary["median"].items()))
+    clean = all(r["rc"] == 0 and not any(r["left"].values()) for r in rows)
+    return 0 if clean else 1
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ from orchestrator.docker_util import (
     current_state_dir,
     docker_available,
     docker_client,
+    kill_container,
     start_or_explain,
 )
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
@@ -316,15 +317,7 @@ class DockerBackend(NetnsMixin, Backend):
                         self.network_name)
 
     def kill(self, node: str) -> None:
-        import docker.errors  # noqa: PLC0415
-
-        container = self._container(node)
-        try:
-            container.kill(signal="SIGKILL")
-        except docker.errors.APIError as exc:
-            if "is not running" not in str(exc):
-                raise
-        container.wait(condition="not-running", timeout=30)
+        kill_container(self._container(node))
 
     def pause(self, node: str) -> None:
         self._container(node).pause()

@@ -19,10 +19,17 @@ docker-init):
 1. SIGSTOP the container's init, then SIGTERM its router: the router
    drains and exits over an intact network, and stays a zombie the stopped
    init cannot reap, so the container keeps running with its endpoint;
-2. once every router has exited (or was SIGKILLed after the grace), each
-   container is disconnected from the testbed network, one at a time;
-3. SIGCONT every init: it reaps its router and exits with the router's
-   exit status, and the container goes with no endpoint left to release.
+2. as each router exits (or after the grace, SIGKILL), its container is
+   disconnected from the testbed network, one disconnect at a time, while
+   the other routers still drain;
+3. right after its disconnect, SIGCONT that container's init: it reaps its
+   router and exits with the router's exit status, and the container goes
+   with no endpoint left on the testbed network to release, so its exit
+   can overlap the next disconnect.
+
+A router that exited early leaves the network while its peers still drain:
+they already saw its connections close, so nothing they send was going to
+reach it.
 
 Elsewhere (not root, or no init pid), the plain way: SIGTERM through
 Docker, one grace, SIGKILL what is left.
@@ -38,7 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-POLL_S = 0.1
+POLL_S = 0.05  # between listings of the containers: one Docker call each
+PROC_POLL_S = 0.02  # between looks at the routers in /proc: no Docker call
 WORKERS = 16  # concurrent signal / inspect calls: each returns at once
 
 
@@ -76,7 +84,8 @@ def _proc_state(pid: int) -> str | None:
     return raw[raw.rfind(")") + 2:][:1] or None
 
 
-def _child(pid: int) -> int | None:
+def only_child(pid: int) -> int | None:
+    """The one child of `pid` (a container init's router), else None."""
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
@@ -96,7 +105,7 @@ def _hold(client: Any, cid: str) -> tuple[int, int] | None:
     init = int(state.get("Pid") or 0)
     if not init or state.get("Paused"):
         return None
-    router = _child(init)
+    router = only_child(init)
     if router is None:
         return None
     try:
@@ -127,18 +136,7 @@ def stop_all(client: Any, flt: dict[str, str], containers: dict[str, str], grace
     errors = {cid: why for cid, why in zip(ids, _fan_out(lambda cid: _signal(client, cid, "SIGTERM"),
                                                           [c for c in ids if c not in held])) if why}
     deadline = clock() + grace_s
-    _wait_routers(held, deadline, clock, sleep)
-    for init, router in held.values():
-        if _proc_state(router) not in (None, "Z"):
-            os.kill(router, signal.SIGKILL)
-    _wait_routers(held, clock() + grace_s, clock, sleep)
-    for cid in held:  # one endpoint at a time: see the module docstring
-        errors.update(_disconnect(client, cid, network))
-    for init, _ in held.values():
-        try:
-            os.kill(init, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+    errors.update(_release(client, held, network, grace_s, clock, sleep))
     left = _running(client, flt, set(ids))
     deadline = max(deadline, clock() + grace_s) if held else deadline
     while left and clock() < deadline:
@@ -156,13 +154,40 @@ def stop_all(client: Any, flt: dict[str, str], containers: dict[str, str], grace
     return out
 
 
-def _wait_routers(held: dict[str, tuple[int, int]], deadline: float, clock: Callable[[], float],
-                  sleep: Callable[[float], None]) -> None:
-    waiting = {router for _, router in held.values()}
-    while waiting and clock() < deadline:
-        waiting = {pid for pid in waiting if _proc_state(pid) not in (None, "Z")}
-        if waiting:
-            sleep(POLL_S)
+def _release(client: Any, held: dict[str, tuple[int, int]], network: str | None, grace_s: float,
+             clock: Callable[[], float], sleep: Callable[[float], None]) -> dict[str, str]:
+    """Steps 2 and 3 of the module docstring for the held containers (id ->
+    (init, router)): as each router exits, disconnect its container, then let
+    its init go. Routers still running after `grace_s` get SIGKILL; after a
+    second grace the rest are released as they are. Returns id -> why for
+    each failed disconnect."""
+    errors: dict[str, str] = {}
+    waiting = dict(held)
+    deadline, killed = clock() + grace_s, False
+    while waiting:
+        done = sorted(cid for cid, (_, router) in waiting.items() if _proc_state(router) in (None, "Z"))
+        if not done and clock() >= deadline:
+            if killed:
+                done = sorted(waiting)
+            else:
+                for _, router in waiting.values():
+                    _send(router, signal.SIGKILL)
+                deadline, killed = clock() + grace_s, True
+                continue
+        for cid in done:  # one endpoint at a time
+            init, _ = waiting.pop(cid)
+            errors.update(_disconnect(client, cid, network))
+            _send(init, signal.SIGCONT)
+        if waiting and not done:
+            sleep(PROC_POLL_S)
+    return errors
+
+
+def _send(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def _disconnect(client: Any, cid: str, network: str | None) -> dict[str, str]:

@@ -5,12 +5,15 @@ once is a known way to make Docker's network layer keep endpoints for
 containers that no longer exist; the network then refuses removal with "has
 active endpoints" and its subnet leaks. The cure is to avoid the race:
 
-1. every container is first disconnected from the testbed's networks, then
-   removed, a few at a time (PARALLEL); a running container's disconnect
-   releases its endpoint, and those go one at a time: Docker 20.10 loses
-   endpoint-count decrements when deletions on one network run concurrently
-   (orchestrator/docker_stop.py says how), which is what leaves a network
-   with "active endpoints" and nothing attached;
+1. every container that may hold an endpoint (one not listed as exited,
+   dead or created) is first disconnected from the testbed's networks, one
+   at a time: Docker 20.10 loses endpoint-count decrements when deletions on
+   one network run concurrently (orchestrator/docker_stop.py says how),
+   which is what leaves a network with "active endpoints" and nothing
+   attached. Then all are removed, a few at a time (PARALLEL); the ones
+   listed without an endpoint are removed without force, so one started
+   since the listing (a killed CLI's last call) is refused, and is then
+   disconnected and removed on its own;
 2. a network is removed only after every endpoint the testbed's labels and
    container names account for has been force-disconnected, and removal is
    retried with exponential backoff while Docker still reports endpoints;
@@ -32,7 +35,6 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from orchestrator.docker_util import LABEL_STATE, LABEL_TESTBED
@@ -42,6 +44,7 @@ from orchestrator.errors import TeardownIncomplete
 PARALLEL = 8  # concurrent removals: enough to be quick, few enough not to race the network layer
 NETWORK_BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # waits between network removal attempts (~16 s)
 SETTLE_S = 0.5  # wait before the re-listing that catches objects a killed CLI's last calls created
+NO_ENDPOINT = ("exited", "dead", "created")  # container states that hold no network endpoint
 MAX_ROUNDS = 3
 DAEMON_RESTART = "systemctl restart docker"
 
@@ -183,17 +186,32 @@ def teardown(client: Any, scope: Scope, reporter: Reporter | None = None,
             (reporter or Reporter()).note(f"found {len(pending)} more object(s); removing them too")
         ours = {c.id for c in found.containers}
         our_networks = {n.name for n in found.networks}
+        live = {c.id for c in found.containers if _state(c) not in NO_ENDPOINT}
         for container in found.containers:  # one endpoint at a time (step 1 of the module docstring)
-            if (container.attrs.get("State") or "") in ("running", "paused", "restarting"):
+            if container.id in live:
                 _disconnect(container, our_networks)
-        for line, leftover in bounded(partial(_remove_container, our_networks=our_networks), found.containers):
-            _note(line, leftover, removed, left)
+        late = []
+        for container, outcome in zip(found.containers, bounded(
+                lambda c: _remove_container(c, force=c.id in live), found.containers), strict=True):
+            if outcome is None:
+                late.append(container)
+            else:
+                _note(*outcome, removed, left)
+        for container in late:  # started since the listing: it holds an endpoint now
+            _disconnect(container, our_networks)
+            _note(*(_remove_container(container, force=True) or (None, None)), removed, left)
         for network in found.networks:
             _note(*_remove_network(client, network, ours, sleep), removed, left)
         for volume in found.volumes:
             _note(*_remove_volume(volume), removed, left)
-        sleep(SETTLE_S)
+        if not found.containers or live or late or any(_state(c) == "created" for c in found.containers):
+            sleep(SETTLE_S)  # a CLI may have been killed half-way through `up`: its last calls may still land
     return TeardownReport(tuple(removed), tuple(left.values()))
+
+
+def _state(container: Any) -> str:
+    """The state a container was listed in ("" when the listing had none)."""
+    return container.attrs.get("State") or ""
 
 
 def _note(line: str | None, leftover: Leftover | None, removed: list[str], left: dict[str, Leftover]) -> None:
@@ -219,19 +237,23 @@ def _explain(exc: Exception) -> str:
     return str(getattr(exc, "explanation", None) or exc).strip()
 
 
-def _remove_container(container: Any, our_networks: set[str]) -> tuple[str | None, Leftover | None]:
+def _remove_container(container: Any, force: bool) -> tuple[str | None, Leftover | None] | None:
+    """Remove one container (with its anonymous volumes). Without `force`,
+    None when Docker refuses because it runs now (the caller disconnects it
+    first, then forces)."""
     res = _resource("container", container)
     if LABEL_TESTBED not in labels_of(container):  # belt and braces: never unlabelled
         return None, None
-    _disconnect(container, our_networks)
     try:
-        container.remove(force=True, v=True)
+        container.remove(force=force, v=True)
     except _not_found():
         return None, None
     except _api_error() as exc:
         text = _explain(exc)
         if "already in progress" in text:
             return None, None
+        if not force and "cannot remove a" in text.lower():
+            return None
         return None, Leftover(res, text, f"docker rm -f {shlex.quote(res.name)}")
     return f"removed container {res.name} ({res.testbed})", None
 

@@ -137,3 +137,16 @@ def start_or_explain(node: str, container: Any) -> None:
             f"node {node}: the Docker daemon did not start its container in time ({exc}); "
             "the host is too loaded for this many containers: run fewer nodes or on a quieter host"
         ) from None
+
+
+def kill_container(container: Any) -> None:
+    """SIGKILL, then wait until it has stopped; one that already stopped
+    (killed or exited meanwhile) is not an error."""
+    import docker.errors  # noqa: PLC0415
+
+    try:
+        container.kill(signal="SIGKILL")
+    except docker.errors.APIError as exc:
+        if "is not running" not in str(exc):
+            raise
+    container.wait(condition="not-running", timeout=30)

@@ -37,7 +37,7 @@ from typing import Any
 
 from orchestrator.docker_util import LABEL, cache_dir, docker_client
 from orchestrator.errors import InputError, TestbedError
-from orchestrator.image_base import SLIM, image_or_none, local_base, prune_older, resolve_base
+from orchestrator.image_base import SLIM, build_context, image_or_none, local_base, prune_older, resolve_base
 from orchestrator.progress import Reporter
 
 IMAGE_REPO = "gossip-testbed/node"
@@ -282,24 +282,7 @@ def _docker_build(client: Any, dockerfile: str, site: Path, tag: str, base_ref: 
         shutil.copytree(site, opt / "site-packages", ignore=shutil.ignore_patterns(".complete"))
         shutil.copytree(NODE_DIR, opt / "app" / "node",
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        error = None
-        log: list[str] = []
-        try:
-            for chunk in client.api.build(
-                path=str(ctx), tag=tag, rm=True, forcerm=True, pull=False, decode=True,
-            ):
-                if "stream" in chunk:
-                    line = chunk["stream"].strip()
-                    if line:
-                        log.append(line)
-                        if line.startswith("Step "):
-                            reporter.note(line)
-                if "error" in chunk:
-                    error = chunk["error"].strip()
-        except Exception as exc:
-            error = str(exc)
-        if error:
-            raise TestbedError(f"docker build of {tag} failed: {error}\n" + "\n".join(log[-20:]))
+        build_context(client, ctx, tag, reporter)
     return client.images.get(tag)
 
 

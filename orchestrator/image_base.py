@@ -49,6 +49,27 @@ def image_or_none(client: Any, ref: str) -> Any:
 # ---------------------------------------------------------------- base
 
 
+def build_context(client: Any, ctx: Path, tag: str, reporter: Reporter) -> None:
+    """`docker build` of the context directory `ctx` as `tag`, with each Step
+    shown as progress; TestbedError with the daemon's error and the last 20
+    lines of the build log when it fails."""
+    log: list[str] = []
+    error = None
+    try:
+        for chunk in client.api.build(path=str(ctx), tag=tag, rm=True, forcerm=True, pull=False, decode=True):
+            line = chunk.get("stream", "").strip()
+            if line:
+                log.append(line)
+                if line.startswith("Step "):
+                    reporter.note(line)
+            if "error" in chunk:
+                error = chunk["error"].strip()
+    except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds for one failed build
+        error = str(exc)
+    if error:
+        raise TestbedError(f"docker build of {tag} failed: {error}\n" + "\n".join(log[-20:]))
+
+
 def prune_older(client: Any, repo: str, keep_id: str, reporter: Reporter,
                 filters: dict[str, str] | None = None) -> None:
     """Remove the images of `repo` (matching `filters`) other than `keep_id`

@@ -30,7 +30,7 @@ from typing import Any
 from orchestrator.docker_util import LABEL, cache_dir
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.image import PYTHON_VERSION, build_lock, pip_platforms
-from orchestrator.image_base import image_or_none, prune_older, resolve_base
+from orchestrator.image_base import build_context, image_or_none, prune_older, resolve_base
 from orchestrator.progress import Reporter
 
 IMAGE_REPO = "gossip-testbed/py-libp2p"
@@ -137,18 +137,5 @@ def _docker_build(client: Any, dockerfile: str, site: Path, tag: str, reporter: 
         (ctx / "adapter").mkdir()
         for path in _adapter_files():
             shutil.copy2(path, ctx / "adapter" / path.name)
-        error, log = None, []
-        try:
-            for chunk in client.api.build(path=str(ctx), tag=tag, rm=True, forcerm=True, pull=False, decode=True):
-                line = chunk.get("stream", "").strip()
-                if line:
-                    log.append(line)
-                    if line.startswith("Step "):
-                        reporter.note(line)
-                if "error" in chunk:
-                    error = chunk["error"].strip()
-        except Exception as exc:  # noqa: BLE001 - the daemon's refusal, reported with the build log
-            error = str(exc)
-        if error:
-            raise TestbedError(f"docker build of {tag} failed: {error}\n" + "\n".join(log[-20:]))
+        build_context(client, ctx, tag, reporter)
     return client.images.get(tag)

@@ -29,7 +29,7 @@ from typing import Any
 
 from orchestrator.docker_util import LABEL, cache_dir
 from orchestrator.errors import BackendUnavailable, TestbedError
-from orchestrator.image_base import image_or_none, prune_older, resolve_base
+from orchestrator.image_base import build_context, image_or_none, prune_older, resolve_base
 from orchestrator.progress import Reporter
 
 ROUTER = "rust-libp2p"
@@ -162,26 +162,11 @@ def build_rust_image(client: Any, reporter: Reporter | None = None) -> str:
         ctx = Path(tmp)
         (ctx / "Dockerfile").write_text(dockerfile)
         shutil.copy2(binary, ctx / BINARY)
-        _docker_build(client, ctx, tag)
+        build_context(client, ctx, tag, reporter)
     _check_runs(client, tag)
     reporter.note(f"built {tag} in {time.monotonic() - started:.1f} s")
     prune_older(client, IMAGE_REPO, client.images.get(tag).id, reporter)
     return tag
-
-
-def _docker_build(client: Any, ctx: Path, tag: str) -> None:
-    log: list[str] = []
-    error = None
-    try:
-        for chunk in client.api.build(path=str(ctx), tag=tag, rm=True, forcerm=True, pull=False, decode=True):
-            if chunk.get("stream", "").strip():
-                log.append(chunk["stream"].strip())
-            if "error" in chunk:
-                error = chunk["error"].strip()
-    except Exception as exc:  # the SDK raises several kinds for one failed build
-        error = str(exc)
-    if error:
-        raise TestbedError(f"docker build of {tag} failed: {error}\n" + "\n".join(log[-20:]))
 
 
 def _check_runs(client: Any, tag: str) -> None:

@@ -43,7 +43,15 @@ from orchestrator import tc
 from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.docker_nodedir import MOUNT, NODE_UID
 from orchestrator.docker_teardown import Scope, bounded
-from orchestrator.docker_util import LABEL, LABEL_NODE, LABEL_RUN, LABEL_STATE, LABEL_TESTBED, current_state_dir
+from orchestrator.docker_util import (
+    LABEL,
+    LABEL_NODE,
+    LABEL_RUN,
+    LABEL_STATE,
+    LABEL_TESTBED,
+    current_state_dir,
+    kill_container,
+)
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
 from orchestrator.state import StateStore
 from orchestrator.swarm_collect import collect_node
@@ -340,15 +348,7 @@ class SwarmBackend(Backend):
         self._tasks.pop(node, None)
 
     def kill(self, node: str) -> None:
-        import docker.errors  # noqa: PLC0415
-
-        container = self._container(node, "kill")
-        try:
-            container.kill(signal="SIGKILL")
-        except docker.errors.APIError as exc:
-            if "is not running" not in str(exc):
-                raise
-        container.wait(condition="not-running", timeout=30)
+        kill_container(self._container(node, "kill"))
         self._tasks.pop(node, None)
 
     def pause(self, node: str) -> None:

@@ -2,8 +2,9 @@
 container gets SIGTERM before any wait, one grace period covers all of them,
 SIGKILL only for those still running after it, paused ones are unpaused
 first, and what cannot be stopped is named; with root, a container's init
-is held while its router exits, and every disconnect happens before any
-init is let go (so no two endpoints are released together)."""
+is held while its router exits, its disconnect comes before its init is let
+go, and no two disconnects overlap (so no two endpoints are released
+together), while a slow router's drain does not hold up the others."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import time
 
 import pytest
 
-from orchestrator.docker_stop import stop_all
+from orchestrator.docker_stop import only_child, stop_all
 
 FLT = {"label": "gossip-testbed.testbed=t"}
 
@@ -109,12 +110,25 @@ def test_paused_ones_are_unpaused_first_and_failures_are_named():
     assert api.states["c0"] == "exited"
 
 
+def _state(pid: int | None) -> str | None:
+    try:
+        raw = open(f"/proc/{pid}/stat").read()
+    except (OSError, TypeError):
+        return None
+    return raw[raw.rfind(")") + 2:][:1]
+
+
 class HeldApi:
-    """Containers whose init is a real `sh` with one child (the router)."""
+    """Containers whose init is a real `sh` with one child (the router); at
+    each disconnect it notes the state of every init and router."""
 
     def __init__(self, inits: dict[str, subprocess.Popen]) -> None:
         self.inits = inits
+        self.routers = {cid: only_child(p.pid) for cid, p in inits.items()}
         self.calls: list[tuple[str, str, float]] = []
+        self.seen: dict[str, dict[str, tuple[str | None, str | None]]] = {}
+        self.in_flight = 0
+        self.most_in_flight = 0
 
     def containers(self, filters=None):
         if filters.get("status") == "paused":
@@ -125,28 +139,76 @@ class HeldApi:
         return {"State": {"Pid": self.inits[cid].pid, "Paused": False}}
 
     def disconnect_container_from_network(self, cid, network):
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
         self.calls.append(("disconnect", cid, time.monotonic()))
-        assert all(p.poll() is None for p in self.inits.values()), "an init was let go before every disconnect"
+        self.seen[cid] = {c: (_state(p.pid), _state(self.routers[c])) for c, p in self.inits.items()}
+        time.sleep(0.02)
+        self.in_flight -= 1
 
     def kill(self, cid, signal):
         raise AssertionError("a held container is never signalled through Docker")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="holding a container's init needs root (as the docker backend does)")
-def test_with_root_the_init_is_held_until_every_endpoint_is_released_one_at_a_time():
-    inits = {f"c{i}": subprocess.Popen(["sh", "-c", "sleep 60 & wait $!"]) for i in range(4)}
+def _started(cmds: dict[str, str]) -> dict[str, subprocess.Popen]:
+    inits = {cid: subprocess.Popen(["sh", "-c", f"{cmd} & wait $!"]) for cid, cmd in cmds.items()}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(only_child(p.pid) for p in inits.values()):
+        time.sleep(0.05)
+    return inits
+
+
+def _catches_term(pid: int | None) -> bool:
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not all(
-                os.path.exists(f"/proc/{p.pid}/task/{p.pid}/children")
-                and open(f"/proc/{p.pid}/task/{p.pid}/children").read().strip() for p in inits.values()):
-            time.sleep(0.05)
+        status = open(f"/proc/{pid}/status").read()
+    except (OSError, TypeError):
+        return False
+    caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(caught & (1 << (signal.SIGTERM - 1)))
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="holding a container's init needs root (as the docker "
+                                                          "backend does)")
+
+
+@needs_root
+def test_with_root_each_init_is_held_until_its_own_endpoint_is_released_one_at_a_time():
+    inits = _started({f"c{i}": "sleep 60" for i in range(4)})
+    try:
         api = HeldApi(inits)
         out = stop_all(FakeClient(api), FLT, {f"n{i}": f"c{i}" for i in range(4)}, 5.0, "gtb-x")
         assert out == {}
-        assert [c[1] for c in api.calls] == ["c0", "c1", "c2", "c3"]
+        assert sorted(c[1] for c in api.calls) == ["c0", "c1", "c2", "c3"]
+        assert api.most_in_flight == 1  # never two endpoints released together
+        for cid, states in api.seen.items():
+            init_state, router_state = states[cid]
+            assert init_state == "T", f"{cid}'s init was let go before its disconnect"
+            assert router_state in (None, "Z"), f"{cid} was disconnected before its router exited"
         for p in inits.values():
             assert p.wait(timeout=5) == 128 + signal.SIGTERM  # the init reports its router's SIGTERM
+    finally:
+        for p in inits.values():
+            if p.poll() is None:
+                p.kill()
+
+
+@needs_root
+def test_with_root_a_router_that_exits_early_leaves_while_a_slow_one_still_drains():
+    slow = "python3 -c 'import signal, sys, time; signal.signal(signal.SIGTERM, " \
+           "lambda *_: (time.sleep(1.5), sys.exit(0))); time.sleep(60)'"
+    inits = _started({"fast": "sleep 60", "slow": slow})
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not _catches_term(only_child(inits["slow"].pid)):
+            time.sleep(0.05)
+        api = HeldApi(inits)
+        t0 = time.monotonic()
+        assert stop_all(FakeClient(api), FLT, {"a": "fast", "b": "slow"}, 5.0, "gtb-x") == {}
+        at = {cid: t - t0 for _, cid, t in api.calls}
+        assert at["fast"] < 1.0 <= at["slow"]
+        assert api.seen["fast"]["slow"][1] not in (None, "Z")  # still draining when the fast one left
+        assert inits["fast"].wait(timeout=5) == 128 + signal.SIGTERM
+        assert inits["slow"].wait(timeout=5) == 0
     finally:
         for p in inits.values():
             if p.poll() is None:

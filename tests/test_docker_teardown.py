@@ -63,7 +63,9 @@ def test_two_readiness_timeouts_in_a_row_with_thirty_containers_leave_nothing(tm
         assert r.started == 30, r.line()
         assert r.clean, r.line()
         manifest = json.loads((tmp_path / f"run-{r.index}" / "manifest.json").read_text())
-        assert manifest["status"] == "finished" and manifest["isolation"]["cap_drop"] == ["ALL"]
+        iso = manifest["isolation"]
+        assert manifest["status"] == "finished" and iso["cap_drop"] == ["ALL"] and iso["read_only_rootfs"]
+        assert int(iso["user"].split(":")[0]) != 0 and iso["mounts"][0].startswith("run_dir/nodes/<node> at /node")
         assert "never came up" in (tmp_path / f"run-{r.index}" / "events.jsonl").read_text()
 
 
@@ -141,6 +143,38 @@ def test_down_keeps_the_record_and_names_the_command_when_something_stays(tmp_pa
     assert not store.exists("stuck")
 
 
+def test_down_through_the_cli_exits_1_names_what_stays_and_keeps_the_record_until_it_is_gone(tmp_path, node_image):
+    """A real leftover: an unlabelled container someone attached to the
+    testbed's network. `testbed down` removes everything of ours, leaves that
+    network (never touching the foreign container), exits 1 naming the
+    network and the command, and keeps the record; once the command has run,
+    the next `down` finishes and forgets the testbed."""
+    env = state_env(tmp_path)
+    state = tmp_path / "state"
+    name = f"stay-{os.getpid()}"
+    network, foreign = f"gtb-{name}", f"foreign-{os.getpid()}"
+    up = subprocess.run([str(TESTBED), "up", str(experiment(tmp_path, "stay", 4)), "--backend", "docker", "--name",
+                         name, "--out", str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=300)
+    try:
+        assert up.returncode == 0, up.stderr
+        subprocess.run(["docker", "run", "-d", "--name", foreign, "--network", network, "--entrypoint", "sleep",
+                        node_image, "300"], check=True, capture_output=True)
+        down = subprocess.run([str(TESTBED), "down", name], env=env, capture_output=True, text=True, timeout=300)
+        command = f"docker network disconnect -f {network} {foreign} && docker network rm {network}"
+        assert down.returncode == 1, down.stderr
+        assert f"network {network} was not removed" in down.stderr and foreign in down.stderr
+        assert command in " ".join(down.stderr.split()), down.stderr
+        assert labelled(state) == {"container": [], "network": [network], "volume": []}
+        assert records(state) == [name]
+        subprocess.run(command, shell=True, check=True, capture_output=True)  # what the user is told to do
+        again = subprocess.run([str(TESTBED), "down", name], env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert_nothing_left(state, set())
+    finally:
+        subprocess.run(["docker", "rm", "-f", foreign], capture_output=True)
+        subprocess.run([str(TESTBED), "down", "--all"], env=env, capture_output=True, timeout=300)
+
+
 def test_gc_lists_asks_and_removes_a_testbed_from_another_state_dir(docker_backends, tmp_path, monkeypatch):
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state-a"))
     backend = docker_backends(unique_testbed("gc"), entrypoint=SINK_ENTRYPOINT)
@@ -196,11 +230,17 @@ def test_a_container_touches_only_its_own_node_directory(docker_backends):
         "    except OSError as e:\n"
         "        print(p, type(e).__name__)\n"
         "print(sorted(os.listdir('/node')))\n"
+        "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)\n"
+        "print(status['CapEff'].strip(), status['CapBnd'].strip(), status['NoNewPrivs'].strip())\n"
     )
     out = container.exec_run(["python3", "-c", probe]).output.decode().split("\n")
     assert out[0] == str(uid)
     assert out[1] == "/node/x ok" and out[2] == "/x OSError" and out[3] == "/run-dir/x FileNotFoundError"
     assert "trace.pb" in out[4] and "config.json" in out[4]
+    assert out[5] == "0000000000000000 0000000000000000 1"  # no capability, none to gain, no-new-privileges
+    host = container.attrs["HostConfig"]
+    assert (host["CapDrop"], host["ReadonlyRootfs"], host["Privileged"]) == (["ALL"], True, False)
+    assert "no-new-privileges" in host["SecurityOpt"]
     node_dir = backend.run_dir / "nodes" / "a"
     assert node_dir.stat().st_uid == uid and node_dir.stat().st_mode & 0o777 == 0o700
     assert wait_for(lambda: (backend.run_dir / "traces" / "a.pb").is_file())

@@ -15,6 +15,7 @@ from orchestrator.docker_teardown import (
     DAEMON_RESTART,
     NETWORK_BACKOFF_S,
     PARALLEL,
+    SETTLE_S,
     Scope,
     bounded,
     teardown,
@@ -45,8 +46,8 @@ class FakeEngine:
         self.volumes = _Listing(lambda: list(self.volumes_list))
         self.api = _Api(self)
 
-    def container(self, name: str, lab: dict[str, str], networks: list[str]) -> FakeContainer:
-        c = FakeContainer(self, f"id-{name}", name, lab)
+    def container(self, name: str, lab: dict[str, str], networks: list[str], state: str = "running") -> FakeContainer:
+        c = FakeContainer(self, f"id-{name}", name, lab, state)
         self.containers_by_id[c.id] = c
         for net in networks:
             self.networks_by_id[f"id-{net}"].attrs["Containers"][c.id] = {"Name": name}
@@ -83,21 +84,29 @@ class _Api:
 
 
 class FakeContainer:
-    def __init__(self, engine: FakeEngine, cid: str, name: str, lab: dict[str, str]) -> None:
+    def __init__(self, engine: FakeEngine, cid: str, name: str, lab: dict[str, str], state: str) -> None:
         self.engine, self.id, self.name, self.labels = engine, cid, name, lab
         self.client = engine
+        self.listed_state = state  # what the listing says
+        self.running = state == "running"  # what it is when removed
+        self.endpoint = state == "running"
 
     @property
     def attrs(self):
         nets = {n.name: {} for n in self.engine.networks_by_id.values() if self.id in n.attrs["Containers"]}
-        return {"Config": {"Labels": self.labels}, "NetworkSettings": {"Networks": nets}}
+        return {"Config": {"Labels": self.labels}, "NetworkSettings": {"Networks": nets}, "State": self.listed_state}
 
     def remove(self, force: bool = False, v: bool = False) -> None:
+        if self.running and not force:
+            self.engine.calls.append(("refused rm", self.name))
+            raise docker.errors.APIError("409 Client Error", explanation=(
+                f"You cannot remove a running container {self.id}. Stop the container before attempting "
+                "removal or force remove"))
+        self.engine.calls.append(("rm -f" if force else "rm", self.name))
         with self.engine.lock:
             self.engine.active += 1
             self.engine.max_active = max(self.engine.max_active, self.engine.active)
         time.sleep(0.01)
-        self.engine.calls.append(("rm", self.name))
         with self.engine.lock:
             self.engine.active -= 1
         del self.engine.containers_by_id[self.id]
@@ -146,10 +155,38 @@ def test_containers_leave_the_network_before_they_are_removed_a_few_at_a_time():
     assert not report.left and not engine.containers_by_id and not engine.networks_by_id
     for i in range(40):
         name = f"gtb-tb-n{i}"
-        assert engine.calls.index(("disconnect", f"id-{name}")) < engine.calls.index(("rm", name))
+        assert engine.calls.index(("disconnect", f"id-{name}")) < engine.calls.index(("rm -f", name))
+    disconnects = [i for i, c in enumerate(engine.calls) if c[0] == "disconnect"]
+    assert disconnects == list(range(40))  # all of them, one at a time, before any removal
     assert 1 < engine.max_active <= PARALLEL
     assert sum(line.startswith("removed container") for line in report.removed) == 40
     assert ("removed network gtb-tb (tb)") in report.removed
+
+
+def test_stopped_containers_hold_no_endpoint_and_are_removed_without_a_disconnect_or_a_pause():
+    engine = FakeEngine()
+    engine.network("gtb-tb", labels("tb"))
+    for i, state in enumerate(("exited", "dead", "exited")):
+        engine.container(f"gtb-tb-n{i}", labels("tb"), [], state=state)
+    report, slept = run(engine, Scope("tb", STATE))
+    assert not report.left and not engine.containers_by_id and not engine.networks_by_id
+    assert not [c for c in engine.calls if c[0] == "disconnect"]
+    assert sorted(c for c in engine.calls if c[0].startswith("rm")) == [("rm", f"gtb-tb-n{i}") for i in range(3)]
+    assert slept == []  # a stopped testbed: no CLI can still be creating its objects
+
+
+def test_a_container_started_since_the_listing_is_disconnected_then_removed_on_its_own():
+    engine = FakeEngine()
+    net = engine.network("gtb-tb", labels("tb"))
+    late = engine.container("gtb-tb-n0", labels("tb"), [], state="created")  # a killed `up` was starting it
+    late.running = True
+    net.attrs["Containers"][late.id] = {"Name": late.name}
+    engine.container("gtb-tb-n1", labels("tb"), [], state="exited")
+    report, slept = run(engine, Scope("tb", STATE))
+    assert not report.left and not engine.containers_by_id and not engine.networks_by_id
+    mine = [c for c in engine.calls if c[1] in (late.id, late.name)]
+    assert mine == [("refused rm", late.name), ("disconnect", late.id), ("rm -f", late.name)]
+    assert slept == [SETTLE_S]  # a half-started testbed: re-list after a pause
 
 
 def test_stale_endpoint_of_a_gone_container_is_force_disconnected_by_its_name():
