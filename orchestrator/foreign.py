@@ -17,7 +17,6 @@ mark), so the controller's readiness treats it as a gossipsub router.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,8 +48,6 @@ PY_EVENTS: tuple[str, ...] = tuple(sorted({*RUST_EVENTS, TraceType.SEND_RPC.name
 # The parameters of every foreign kind: gossipsub's, with what go cannot be
 # told fixed at the defaults.
 PARAMS_KIND = RouterKind("foreign", GossipSubParams, GossipSubRouter, {"gossip": True, **unmapped_defaults()}, "D_low")
-# A bare image's mesh cannot be seen (no control endpoint): nobody waits for it.
-BARE_KIND = dataclasses.replace(PARAMS_KIND, mesh_low_key=None)
 
 
 @dataclass(frozen=True)
@@ -112,7 +109,7 @@ def router_kind(router: str) -> RouterKind:
     """Parameters and mesh facts of any router an experiment can name."""
     if router in ROUTERS:
         return ROUTERS[router]
-    return BARE_KIND if is_bare(router) else PARAMS_KIND
+    return PARAMS_KIND
 
 
 def implementation(router: str) -> str:

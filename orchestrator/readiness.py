@@ -3,8 +3,8 @@ is connected to every overlay neighbour it can reach (an error naming the
 stragglers if not), then has a mesh (a warning if not). Used at `up` and
 after a node is started or reconnected, so node_up is logged when the node
 can really receive. A bare gossipsub-interop image has no control endpoint:
-its status is what its neighbours report (`observed`), and its mesh is not
-waited for (docs/foreign-routers.md, "Readiness")."""
+its status, peers and mesh, is what its neighbours report (`observed`)
+(docs/foreign-routers.md, "Readiness")."""
 
 from __future__ import annotations
 
@@ -40,12 +40,15 @@ class Readiness:
 
     def observed(self, name: str) -> dict[str, Any] | None:
         """A bare image's status as its peers see it (it has no control
-        endpoint): running, and a peer of each neighbour that reports its
-        peers. Neighbours that are bare images too cannot be asked; their
-        link counts as up once both run."""
+        endpoint): running, a peer of each neighbour that lists it as one, in
+        the mesh of each neighbour that meshes it (a GRAFT puts both ends in
+        each other's mesh). Neighbours that are bare images too cannot be
+        asked: their link counts as up once both run, and they are left out
+        of its mesh (`meshed`)."""
         if not self.backend.is_running(name):
             return None
         peers = []
+        mesh: dict[str, list[str]] = {topic: [] for topic in self.nodes[name].topics}
         for p in self.nodes[name].neighbours:
             if p not in self.nodes:
                 continue
@@ -56,7 +59,10 @@ class Readiness:
             status = self.backend.control_client(p).try_call("status", timeout=2.0)
             if status is not None and name in status.get("peers", []):
                 peers.append(p)
-        return {"name": name, "peers": sorted(peers), "mesh": {}, "observed": True}
+                for topic, members in (status.get("mesh") or {}).items():
+                    if name in members and topic in mesh:
+                        mesh[topic].append(p)
+        return {"name": name, "peers": sorted(peers), "mesh": mesh, "observed": True}
 
     def expected_peers(self, name: str) -> set[str]:
         st = self.nodes[name]
@@ -80,6 +86,7 @@ class Readiness:
                 p for p in peers
                 if p in self.nodes and _meshes(self.nodes[p].router)
                 and (any_topic or topic in self.nodes[p].topics)
+                and not (status.get("observed") and is_bare(self.nodes[p].router))
             ]
             if len(mesh[topic]) < min(st.mesh_low, len(candidates)):
                 return False

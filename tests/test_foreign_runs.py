@@ -111,3 +111,44 @@ def test_standin_as_an_adapter_on_the_process_backend(tmp_path, monkeypatch):
     assert manifest["node_facts"]["stand-0"]["links_shaped_by"] == "unshaped"
     assert any("foreign nodes ask for latency" in w for w in manifest["warnings"])
     assert (run_dir / "nodes" / "stand-0" / "stdout.ndjson").is_file()
+
+
+LIVE = """\
+name: contract-live
+seed: 6
+groups:
+  - {{name: ours, count: 2, router: gossipsub, router_params: {{D: 2, D_low: 1, D_high: 3}}}}
+  - {{name: stand, count: 1, router: {router}, router_params: {{D: 2, D_low: 1, D_high: 3}}}}
+overlay: {{type: full}}
+links: {{latency: 5}}
+wire: {{message_id: first-8-bytes}}
+"""
+
+
+@needs_docker
+@pytest.mark.docker
+@pytest.mark.slow
+def test_live_publish_through_a_bare_image_is_refused(node_image, tmp_path):
+    """`testbed publish` to a bare image (no control endpoint) exits 2 naming
+    it; the default publisher skips it; the testbed goes down cleanly."""
+    image = build_standin_image(node_image)
+    path = tmp_path / "live.yaml"
+    path.write_text(LIVE.format(router=f'{{image: "{image}", contract: gossipsub-interop}}'))
+    env = {**os.environ, "TESTBED_STATE_DIR": str(tmp_path / "state")}
+
+    def testbed(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([TESTBED, *args], capture_output=True, text=True, timeout=600, env=env)
+
+    up = testbed("up", str(path), "--backend", "docker", "--out", str(tmp_path / "run"), "--json")
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        refused = testbed("publish", "contract-live", "--node", "stand-0", "--topic", "t")
+        assert refused.returncode == 2, refused.stderr
+        assert "stand-0 is a bare gossipsub-interop image" in refused.stderr and "Traceback" not in refused.stderr
+        default = testbed("publish", "contract-live", "--json")
+        assert default.returncode == 0, default.stderr
+        assert json.loads(default.stdout)["node"].startswith("ours-")
+    finally:
+        down = testbed("down", "contract-live", "--json")
+    assert down.returncode == 0, down.stderr
+    assert json.loads(testbed("status", "--json").stdout) == []

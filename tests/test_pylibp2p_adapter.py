@@ -351,11 +351,6 @@ def test_garbage_from_a_peer_drops_that_peer_only(ring):
 
 
 @needs_pylibp2p
-@pytest.mark.xfail(strict=True, reason=(
-    "open bug, 3 of 3 runs here: while p2 refuses n1 (isolate) our router redials every ~60 ms; one "
-    "of those connections is kept by the adapter without a pubsub peer, so after rejoin n1 holds a "
-    "connection p2's pubsub never lists and never redials (node-logs/n1.log: the GoAways stop, no "
-    "'gone' until teardown)"))
 def test_isolate_and_rejoin(delivered):
     ring = delivered
     _meshed(ring)

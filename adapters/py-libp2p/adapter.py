@@ -133,9 +133,8 @@ class IsolationNotifee(INotifee):
         self.adapter = adapter
 
     async def connected(self, network: Any, conn: Any) -> None:
-        peer = conn.muxed_conn.peer_id
-        if self.adapter.pubsub.is_peer_blacklisted(peer):
-            self.adapter.nursery.start_soon(self.adapter.host.disconnect, peer)
+        if self.adapter.pubsub.is_peer_blacklisted(conn.muxed_conn.peer_id):
+            self.adapter.nursery.start_soon(conn.close)
 
     # The other notifications concern isolation not at all.
     async def opened_stream(self, network: Any, stream: Any) -> None:
@@ -301,7 +300,18 @@ class Adapter:
                 delay = min(cap, delay * 2)
 
     def _drop(self, peer: ID) -> None:
-        self.nursery.start_soon(self.host.disconnect, peer)
+        self.nursery.start_soon(self._close_connections, peer)
+
+    async def _close_connections(self, peer: ID) -> int:
+        """Closes every connection to `peer`, each by itself. Not
+        `host.disconnect`: py-libp2p's `close_peer` awaits the closes and then
+        drops the peer's whole connection list, so a connection registered
+        meanwhile (a peer redialling while we refuse it) stays open and
+        unlisted: no pubsub peer, and the dialler never redials."""
+        connections = list(self.host.get_network().get_connections(peer))
+        for conn in connections:
+            await conn.close()
+        return len(connections)
 
     async def connect_address(self, host: str, port: int, name: str | None, persistent: bool) -> str:
         b58 = self.names.by_name.get(name or "") or next(
@@ -314,10 +324,7 @@ class Adapter:
         return self.names.name(peer)
 
     async def disconnect(self, who: str) -> int:
-        peer = self.names.peer(who)
-        closed = len(self.host.get_network().get_connections(peer))
-        await self.host.disconnect(peer)
-        return closed
+        return await self._close_connections(self.names.peer(who))
 
     async def isolate(self, who: list[str] | None) -> int:
         if who is None:
@@ -326,11 +333,7 @@ class Adapter:
         else:
             peers = [self.names.peer(w) for w in who]
             self.pubsub.blacklisted_peers.update(peers)
-        closed = 0
-        for peer in peers:
-            closed += len(self.host.get_network().get_connections(peer))
-            await self.host.disconnect(peer)
-        return closed
+        return sum([await self._close_connections(peer) for peer in peers])
 
     def rejoin(self, who: list[str] | None) -> None:
         if who is None:
