@@ -32,6 +32,7 @@ from typing import Any
 
 from node.config import NodeConfig
 from node.trace_vocab import RunEvent
+from orchestrator.atomic import write_atomic
 from orchestrator.backend import Backend, BackendContext, ShapingCapabilities
 from orchestrator.backends import backend_class, make_backend
 from orchestrator.errors import BackendUnavailable, InputError, TeardownIncomplete, TestbedError
@@ -161,7 +162,11 @@ class Controller:
         for name, entry in (record.get("nodes") or {}).items():
             path = entry.get("config")
             if path and Path(path).is_file():
-                ctl.configs[name] = NodeConfig.load(Path(path))
+                try:
+                    ctl.configs[name] = NodeConfig.load(Path(path))
+                except (ValueError, TypeError) as exc:
+                    raise TestbedError(f"{path}: {name}'s config is unreadable ({exc}); "
+                                       f"`testbed down {testbed}` cleans up") from None
         ctl.record = record
         return ctl
 
@@ -213,9 +218,7 @@ class Controller:
         cfg_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for name in names:
             cfg_path = cfg_dir / f"{name}.json"
-            fd = os.open(cfg_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(self.configs[name].to_json())
+            write_atomic(cfg_path, self.configs[name].to_json(), 0o600)
             self.store.set_node(
                 self.testbed, name, spec=self.nodes[name].to_record(), config=str(cfg_path),
                 host=addresses[name].host, port=addresses[name].port,

@@ -22,13 +22,13 @@ records it at the node's own start + waitUntil.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from node.identity import peer_id_from_b58
 from node.interop_trace import convert
+from orchestrator.atomic import write_atomic
 from orchestrator.backend import Backend, ShapingCapabilities
 from orchestrator.errors import InputError
 from orchestrator.experiment.model import Publish, ResolvedExperiment
@@ -108,7 +108,7 @@ def write_pieces(resolved: ResolvedExperiment, run_dir: Path, workload_t0_ns: in
                   "publishes": publishes, "workload_t0_ns": workload_t0_ns}
         d = node_dir(run_dir, spec.name)
         d.mkdir(parents=True, exist_ok=True)
-        (d / PIECES).write_text(json.dumps(pieces, indent=1))
+        write_atomic(d / PIECES, json.dumps(pieces, indent=1))
 
 
 def before_start(run_dir: Path, node: str, now_ns: int) -> None:
@@ -122,8 +122,7 @@ def before_start(run_dir: Path, node: str, now_ns: int) -> None:
     if pieces["publishes"] and t0 is not None:
         start_s = (now_ns - t0) / 1e9
         script += publish_instructions([_publish(p) for p in pieces["publishes"] if p["at"] > start_s], start_s)
-    (d / PARAMS).write_text(params_json(script))
-    os.chmod(d / PARAMS, 0o644)
+    write_atomic(d / PARAMS, params_json(script))
     if is_bare(pieces["router"]):
         with open(d / SCRIPTS, "a") as f:
             f.write(json.dumps(script) + "\n")

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from node.config import LinkShape, NodeConfig
 from node.runtime.client import ControlError
+from orchestrator.atomic import write_atomic
 from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.router_cpu import proc_cpu_seconds
@@ -230,9 +231,7 @@ class ProcessBackend(Backend):
         cdir = self.config_dir()
         cdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = cdir / f"{node}.json"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(config.to_json())
+        write_atomic(path, config.to_json(), 0o600)
         logs = self.run_dir / "node-logs"
         logs.mkdir(parents=True, exist_ok=True)
         Path(config.trace_path).parent.mkdir(parents=True, exist_ok=True)

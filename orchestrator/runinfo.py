@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
+from orchestrator.atomic import write_atomic
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.foreign import implementation, trace_events
 from orchestrator.peers import peer_ids_b58
@@ -24,12 +25,6 @@ RESOLVED_YAML = "experiment.resolved.yaml"
 TOPOLOGY_JSON = "topology.json"
 MANIFEST_JSON = "manifest.json"
 EVENTS_JSONL = "events.jsonl"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def topology_dict(resolved: ResolvedExperiment) -> dict[str, Any]:
@@ -89,13 +84,13 @@ class RunWriter:
             self._events.flush()
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        _write_atomic(self.run_dir / MANIFEST_JSON, json.dumps(manifest, indent=1, default=str) + "\n")
+        write_atomic(self.run_dir / MANIFEST_JSON, json.dumps(manifest, indent=1, default=str) + "\n")
 
     def write_topology(self, resolved: ResolvedExperiment) -> None:
-        _write_atomic(self.run_dir / TOPOLOGY_JSON, json.dumps(topology_dict(resolved), indent=1) + "\n")
+        write_atomic(self.run_dir / TOPOLOGY_JSON, json.dumps(topology_dict(resolved), indent=1) + "\n")
 
     def write_resolved(self, resolved_yaml_text: str) -> None:
-        _write_atomic(self.run_dir / RESOLVED_YAML, resolved_yaml_text)
+        write_atomic(self.run_dir / RESOLVED_YAML, resolved_yaml_text)
 
     def close(self) -> None:
         with self._lock:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from orchestrator.atomic import write_atomic
 from orchestrator.errors import InputError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -86,14 +87,7 @@ class StateStore:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _write(self, name: str, record: dict[str, Any]) -> None:
-        d = self.dir(name)
-        tmp = d / (RECORD + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(record, indent=1, sort_keys=True))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, d / RECORD)
+        write_atomic(self.dir(name) / RECORD, json.dumps(record, indent=1, sort_keys=True), 0o600)
 
     def create(self, record: dict[str, Any]) -> None:
         """Record a new testbed; InputError if the name is taken."""

@@ -174,3 +174,34 @@ def test_selector_parsing():
     for bad in ("n99", "0", "150%", "25"):
         with pytest.raises(InputError):
             select_nodes(bad, names, names, random.Random(1))
+
+
+@pytest.mark.slow
+def test_down_cleans_up_when_a_recorded_config_is_torn(env, tmp_path):
+    """A config file emptied under the record (a CLI killed mid-write, before
+    writes were atomic) must not crash `down`: it reports, then cleans up."""
+    state = Path(env["TESTBED_STATE_DIR"])
+    tb(env, "up", str(experiment(tmp_path)), "--backend", "process", "--name", "torn", "--out", str(tmp_path / "run"))
+    record = StateStore(state).load("torn")
+    Path(record["nodes"]["n1"]["config"]).write_text("")
+    out = tb(env, "down", "torn")
+    assert "n1's config is unreadable" in out.stdout + out.stderr
+    assert router_pids(state) == []
+    assert StateStore(state).names() == []
+
+
+def test_write_atomic_never_leaves_a_torn_file(tmp_path, monkeypatch):
+    from orchestrator import atomic
+
+    path = tmp_path / "x.json"
+    atomic.write_atomic(path, '{"a": 1}', 0o600)
+    assert path.read_text() == '{"a": 1}' and path.stat().st_mode & 0o777 == 0o600
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.write_atomic(path, '{"a": 2}')
+    assert path.read_text() == '{"a": 1}'
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
