@@ -44,7 +44,7 @@ from orchestrator.foreign_nodes import (
 )
 from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
 from orchestrator.manifest import build_manifest, lag_summary, read_lag_files
-from orchestrator.nodeconfigs import build_configs, shape_in_kernel
+from orchestrator.nodeconfigs import build_configs, recorded_configs, shape_in_kernel
 from orchestrator.nodestate import NodeState
 from orchestrator.peers import wire_facts
 from orchestrator.progress import Reporter
@@ -159,14 +159,7 @@ class Controller:
             raise TestbedError(f"the record of testbed {testbed!r} names no backend; `testbed down {testbed}` cleans up")
         backend = make_backend(record["backend"], BackendContext(testbed, run_dir, store, reporter))
         ctl = cls(testbed, backend, run_dir, store, nodes, reporter)
-        for name, entry in (record.get("nodes") or {}).items():
-            path = entry.get("config")
-            if path and Path(path).is_file():
-                try:
-                    ctl.configs[name] = NodeConfig.load(Path(path))
-                except (ValueError, TypeError) as exc:
-                    raise TestbedError(f"{path}: {name}'s config is unreadable ({exc}); "
-                                       f"`testbed down {testbed}` cleans up") from None
+        ctl.configs = recorded_configs(record)
         ctl.record = record
         return ctl
 

@@ -1,14 +1,17 @@
 """What each router daemon is told at start (NodeConfig), from the resolved
 experiment, the addresses the backend allocated and what its kernel can
 shape: the node shapes in user space whatever the kernel cannot, and the
-backend's kernel shapes the rest (`shape_in_kernel`)."""
+backend's kernel shapes the rest (`shape_in_kernel`). Later CLI processes
+read them back from the files the testbed record names (`recorded_configs`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from node.config import LinkShape, NodeConfig, PeerAddress
 from orchestrator.backend import Backend, NodeAddress, ShapingCapabilities
+from orchestrator.errors import TestbedError
 from orchestrator.experiment.model import LinkParams, ResolvedExperiment
 from orchestrator.peers import node_indices, peer_ids_b58
 
@@ -73,3 +76,19 @@ def shape_in_kernel(backend: Backend, resolved: ResolvedExperiment, caps: Shapin
     for name in names:
         per_peer = {p: kernel_shape(resolved.link(name, p)) for p in neighbours[name]} if caps.kernel_delay else {}
         backend.apply_kernel_shaping(name, per_peer, resolved.node(name).uplink_bps if caps.kernel_rate else None)
+
+
+def recorded_configs(record: dict[str, Any]) -> dict[str, NodeConfig]:
+    """Each node's config from the file its testbed record names (another
+    CLI wrote it); one that cannot be read is a TestbedError naming it,
+    which `testbed down` reports before it cleans up."""
+    configs: dict[str, NodeConfig] = {}
+    for name, entry in (record.get("nodes") or {}).items():
+        path = entry.get("config")
+        if path and Path(path).is_file():
+            try:
+                configs[name] = NodeConfig.load(Path(path))
+            except (ValueError, TypeError) as exc:
+                raise TestbedError(f"{path}: {name}'s config is unreadable ({exc}); "
+                                   f"`testbed down {record.get('name')}` cleans up") from None
+    return configs

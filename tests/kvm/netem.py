@@ -147,6 +147,13 @@ def guest_script(modules: tuple[str, ...]) -> str:
         # stalls are outliers that move the mean and ping's mdev, not these).
         "median() { grep -o 'time=[0-9.]*' \"$1\" | cut -d= -f2 | sort -n"
         " | awk '{v[NR]=$1} END {if (NR) print \"median\", v[int((NR+1)/2)], v[int((NR+3)/4)], v[int((3*NR+1)/4)]}'; }",
+        # Whether iperf3's server (TCP 5201, 0x1451) listens in netns $1, and
+        # waits of up to 10 s for it to (not) listen: a fixed pause lost a
+        # whole rate phase when the host was loaded and the guest slow.
+        f"listening() {{ {ip} netns exec \"$1\" cat /proc/net/tcp /proc/net/tcp6 2>/dev/null"
+        " | grep -qE ':1451 [0-9A-F]+:0000 0A'; }",
+        "await_listening() { i=0; while ! listening \"$1\" && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; }",
+        "await_closed() { i=0; while listening \"$1\" && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; }",
     ]
     lines += [f"insmod /modules/{module}.ko || echo '@@error insmod {module}'" for module in modules]
     lines += [
@@ -182,8 +189,8 @@ def guest_script(modules: tuple[str, ...]) -> str:
     for phase in sorted({link.phase for link in rated}):
         batch = [link for link in rated if link.phase == phase]
         for link in batch:
-            lines.append(f"{ip} netns exec {link.dest} iperf3 -s -1 -D")
-        lines.append("sleep 0.5")
+            lines += [f"await_closed {link.dest}", f"{ip} netns exec {link.dest} iperf3 -s -1 -D"]
+        lines += [f"await_listening {link.dest}" for link in batch]
         for link in batch:
             lines += [
                 f"{ip} netns exec {link.dest} sh /meter.sh {start} {length} > /tmp/rate-{link.name} &",
@@ -194,8 +201,8 @@ def guest_script(modules: tuple[str, ...]) -> str:
     # a's uplink: every class of a at once, each offered 1.2x its own cap.
     uplink = [link for link in rated if link.sender == "a"]
     for link in uplink:
-        lines.append(f"{ip} netns exec {link.dest} iperf3 -s -1 -D")
-    lines.append("sleep 0.5")
+        lines += [f"await_closed {link.dest}", f"{ip} netns exec {link.dest} iperf3 -s -1 -D"]
+    lines += [f"await_listening {link.dest}" for link in uplink]
     for link in uplink:
         lines += [
             f"{ip} netns exec {link.dest} sh /meter.sh {start} {length} > /tmp/rate-uplink-{link.dest} &",
