@@ -406,7 +406,7 @@ class DockerBackend(NetnsMixin, Backend):
 
     def isolation(self) -> dict[str, object]:
         """What a container may touch, for the manifest."""
-        return nodedir.isolation(self.user)
+        return nodedir.isolation(self.user, self._shared or {})
 
     # ------------------------------------------------------------ collection
 
