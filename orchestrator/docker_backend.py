@@ -18,10 +18,11 @@ Decisions (docs/docker.md says the same for users):
   namespace (orchestrator/docker_netns.py). Containers run with every
   capability dropped, no-new-privileges, a read-only root filesystem, never
   privileged, no Docker socket.
-- Files: each container mounts only its own node directory (run_dir/nodes/
-  <node> at /node) and runs as an unprivileged uid that owns it
-  (orchestrator.docker_nodedir); traces land on the host directly, and
-  destroy/cleanup never touch run_dir.
+- Files: each container mounts only its own node directory read-write
+  (run_dir/nodes/<node> at /node) and runs as an unprivileged uid that owns
+  it (orchestrator.docker_nodedir); traces land on the host directly, and
+  destroy/cleanup never touch run_dir. The image's code and libraries are
+  mounted read-only from one host copy (orchestrator.image_tree).
 - Labels on everything (gossip-testbed.testbed/run/node); `cleanup` works
   from labels alone, so it finds what a killed CLI left behind, and never
   removes anything without them.
