@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -16,8 +17,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_from_file(path: Path) -> int:
+    # What the imports allocate lives as long as the process: no collection
+    # while they run (about 8% of their CPU, which 250 containers pay at once).
+    gc.disable()
     from node.config import NodeConfig  # noqa: PLC0415
     from node.runtime.daemon import run_node  # noqa: PLC0415
+
+    gc.enable()
 
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"

@@ -16,6 +16,10 @@ traces, dials and signatures line up with ours.
   (PKCS#1 v1.5 over SHA-256). Only Ed25519 keys are ever made here.
 
 Every parser raises ValueError with a message that says what was wrong.
+
+Only Ed25519 is imported up front: the other key types' modules (with
+`cryptography`'s serialization, about 3 MB of a router's memory) are imported
+the first time such a key is verified, which none of our routers does.
 """
 
 from __future__ import annotations
@@ -25,8 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from node.codec import FrameError, encode_uvarint, read_uvarint
 
@@ -82,7 +85,7 @@ def identity_for_index(index: int) -> Identity:
     """The identity of the node with this experiment index (cached: keys are
     deterministic, and deriving one costs a scalar multiplication)."""
     key = ed25519.Ed25519PrivateKey.from_private_bytes(ed25519_seed_for_index(index))
-    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    raw = key.public_key().public_bytes_raw()
     proto = encode_public_key(KEY_ED25519, raw)
     return Identity(index=index, private_key=key, public_key_proto=proto,
                     peer_id=peer_id_from_public_key(proto))
@@ -196,24 +199,33 @@ def verify(public_key_proto: bytes, data: bytes, signature: bytes) -> bool:
             if len(signature) != ED25519_SIGNATURE_SIZE:
                 return False
             ed25519.Ed25519PublicKey.from_public_bytes(key_data).verify(signature, data)
-        elif key_type == KEY_SECP256K1:
-            point = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256K1(), key_data)
-            point.verify(signature, data, ec.ECDSA(hashes.SHA256()))
-        elif key_type == KEY_ECDSA:
-            key = serialization.load_der_public_key(key_data)
-            if not isinstance(key, ec.EllipticCurvePublicKey):
-                raise ValueError("ECDSA public key is not an elliptic-curve key")
-            key.verify(signature, data, ec.ECDSA(hashes.SHA256()))
         else:
-            key = serialization.load_der_public_key(key_data)
-            if not isinstance(key, rsa.RSAPublicKey):
-                raise ValueError("RSA public key is not an RSA key")
-            key.verify(signature, data, padding.PKCS1v15(), hashes.SHA256())
+            _verify_other(key_type, key_data, data, signature)
     except InvalidSignature:
         return False
     except UnsupportedAlgorithm as exc:
         raise ValueError(f"{KEY_TYPE_NAMES[key_type]} public key: {exc}") from None
     return True
+
+
+def _verify_other(key_type: int, key_data: bytes, data: bytes, signature: bytes) -> None:
+    """Secp256k1, ECDSA or RSA verification; raises InvalidSignature."""
+    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa  # noqa: PLC0415
+
+    if key_type == KEY_SECP256K1:
+        point = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256K1(), key_data)
+        point.verify(signature, data, ec.ECDSA(hashes.SHA256()))
+    elif key_type == KEY_ECDSA:
+        key = serialization.load_der_public_key(key_data)
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            raise ValueError("ECDSA public key is not an elliptic-curve key")
+        key.verify(signature, data, ec.ECDSA(hashes.SHA256()))
+    else:
+        key = serialization.load_der_public_key(key_data)
+        if not isinstance(key, rsa.RSAPublicKey):
+            raise ValueError("RSA public key is not an RSA key")
+        key.verify(signature, data, padding.PKCS1v15(), hashes.SHA256())
 
 
 # --------------------------------------------------------------------------- base58

@@ -18,10 +18,11 @@ Decisions (docs/docker.md says the same for users):
   namespace (orchestrator/docker_netns.py). Containers run with every
   capability dropped, no-new-privileges, a read-only root filesystem, never
   privileged, no Docker socket.
-- Files: each container mounts only its own node directory (run_dir/nodes/
-  <node> at /node) and runs as an unprivileged uid that owns it
-  (orchestrator.docker_nodedir); traces land on the host directly, and
-  destroy/cleanup never touch run_dir.
+- Files: each container mounts only its own node directory read-write
+  (run_dir/nodes/<node> at /node) and runs as an unprivileged uid that owns
+  it (orchestrator.docker_nodedir); traces land on the host directly, and
+  destroy/cleanup never touch run_dir. The image's code and libraries are
+  mounted read-only from one host copy (orchestrator.image_tree).
 - Labels on everything (gossip-testbed.testbed/run/node); `cleanup` works
   from labels alone, so it finds what a killed CLI left behind, and never
   removes anything without them.
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,7 @@ from orchestrator.errors import BackendUnavailable, InputError, TestbedError
 from orchestrator.foreign import build_foreign_image, foreign_kind, is_foreign
 from orchestrator.foreign_nodes import PARAMS
 from orchestrator.image_base import image_or_none
+from orchestrator.image_tree import shared_binds
 from orchestrator.state import StateStore
 
 __all__ = ["DockerBackend", "NodeResources", "docker_available"]
@@ -129,6 +131,7 @@ class DockerBackend(NetnsMixin, Backend):
         self._tc_applied: set[str] = set()
         self.commands_run: list[str] = []
         self.user = nodedir.node_user()
+        self._shared: dict[str, dict[str, str]] | None = None  # binds of the image's unpacked code, libraries
         self._collected = False  # collect_traces ran: destroy need not inspect every container again
         self.foreign_images: dict[str, str] = {}
         self.proxies: dict[str, dict[str, Any]] = {}  # foreign node -> its shaping proxy's manifest record
@@ -172,6 +175,7 @@ class DockerBackend(NetnsMixin, Backend):
             from orchestrator.image import ensure_image  # noqa: PLC0415
 
             self.image = ensure_image(reporter=self.reporter)
+        self._image_binds(self.image)
         self._create_network(len(nodes))
         for node in nodes:
             self._allocate(node)
@@ -232,7 +236,7 @@ class DockerBackend(NetnsMixin, Backend):
 
     def start_many(self, configs: Iterable[NodeConfig]) -> None:
         """`start` for many nodes, a few Docker calls at a time."""
-        _parallel(self.start, list(configs))
+        bounded(self.start, list(configs), PARALLEL)
 
     def _launch(self, config: NodeConfig) -> tuple[str, list[str] | None, list[str], str]:
         """(image, entrypoint (None: the image's own), command, log size) of a node."""
@@ -258,7 +262,8 @@ class DockerBackend(NetnsMixin, Backend):
         image, entrypoint, command, log_size = self._launch(config)
         alias = f"node{config.index}"
         host_config = api.create_host_config(
-            binds={str(nodedir.node_dir(self.run_dir, node)): {"bind": nodedir.MOUNT, "mode": "rw"}},
+            binds={str(nodedir.node_dir(self.run_dir, node)): {"bind": nodedir.MOUNT, "mode": "rw"},
+                   **self._image_binds(image)},
             mem_limit=res.memory or self.default_resources.memory,
             nano_cpus=int((res.cpus or self.default_resources.cpus or 0) * 1e9) or None,
             cap_drop=["ALL"],
@@ -286,6 +291,14 @@ class DockerBackend(NetnsMixin, Backend):
             environment={"TESTBED_NODE": node},
         )
         return self._client.containers.get(created["Id"])
+
+    def _image_binds(self, image: str) -> dict[str, dict[str, str]]:
+        """The router image's code and libraries, shared by its containers (orchestrator.image_tree)."""
+        if image != self.image:
+            return {}
+        if self._shared is None:
+            self._shared = shared_binds(self._client, image, self.reporter)
+        return self._shared
 
     def _container_or_none(self, node: str) -> Any:
         import docker.errors  # noqa: PLC0415
@@ -385,12 +398,16 @@ class DockerBackend(NetnsMixin, Backend):
                 self.image = container.attrs.get("Config", {}).get("Image")
 
     def manifest_facts(self) -> dict[str, Any]:
-        """Each foreign node's shaping proxy (docker_proxy.ProxyInfo)."""
-        return {"shaping_proxies": self.proxies} if self.proxies else {}
+        """Each foreign node's shaping proxy (docker_proxy.ProxyInfo), and the
+        host directories the router image's code and libraries are mounted from."""
+        facts: dict[str, Any] = {"shaping_proxies": self.proxies} if self.proxies else {}
+        if self._shared:
+            facts["shared_image_tree"] = {bind["bind"]: path for path, bind in self._shared.items()}
+        return facts
 
     def isolation(self) -> dict[str, object]:
         """What a container may touch, for the manifest."""
-        return nodedir.isolation(self.user)
+        return nodedir.isolation(self.user, self._shared or {})
 
     # ------------------------------------------------------------ collection
 
@@ -430,10 +447,3 @@ class DockerBackend(NetnsMixin, Backend):
             return teardown(client, Scope(testbed, current_state_dir())).raise_if_incomplete()
         finally:
             client.close()
-
-
-# ---------------------------------------------------------------- helpers
-
-
-def _parallel(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-    return bounded(fn, items, PARALLEL)

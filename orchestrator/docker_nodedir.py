@@ -102,11 +102,16 @@ def prepare(run_dir: Path, config: NodeConfig, user: NodeUser) -> NodeConfig:
     return seen
 
 
-def isolation(user: NodeUser) -> dict[str, object]:
-    """What the manifest records about a container's privileges."""
+def isolation(user: NodeUser, shared: dict[str, dict[str, str]]) -> dict[str, object]:
+    """What the manifest records about a container's privileges; `shared`:
+    the binds of the image's own files (orchestrator.image_tree)."""
+    mounts = [f"run_dir/nodes/<node> at {MOUNT} (read-write): config, trace, lag file, log"]
+    if shared:
+        mounts.append(f"{', '.join(b['bind'] for b in shared.values())} (read-only): the router image's own "
+                      f"files, unpacked once at {os.path.commonpath(list(shared))}")
     return {
         "user": user.docker_user,
-        "mounts": [f"run_dir/nodes/<node> at {MOUNT} (read-write): config, trace, lag file, log"],
+        "mounts": mounts,
         "cap_drop": ["ALL"],
         "read_only_rootfs": True,
         "no_new_privileges": True,

@@ -216,15 +216,17 @@ def test_a_container_touches_only_its_own_node_directory(docker_backends):
     backend.start(sink_config(backend, "b", addresses, peers=["a"]))
     assert wait_for(lambda: tcp_reachable(backend.ips["b"], 9000))
     container = backend._container("a")
-    mounts = container.attrs["Mounts"]
-    assert [(m["Source"], m["Destination"], m["RW"]) for m in mounts] == [
-        (str(backend.run_dir / "nodes" / "a"), "/node", True)]
+    mounts = {m["Destination"]: (m["Source"], m["RW"]) for m in container.attrs["Mounts"]}
+    assert mounts.pop("/node") == (str(backend.run_dir / "nodes" / "a"), True)
+    # the rest: the router image's own code and libraries, unpacked once on the
+    # host and shared read-only by its containers (orchestrator/image_tree.py)
+    assert mounts == {bind["bind"]: (source, False) for source, bind in backend._shared.items()}
     uid = int(container.attrs["Config"]["User"].split(":")[0])
     assert uid != 0
     probe = (
         "import os\n"
         "print(os.getuid())\n"
-        "for p in ('/node/x', '/x', '/run-dir/x'):\n"
+        "for p in ('/node/x', '/x', '/run-dir/x', '/usr/lib/x', '/opt/x'):\n"
         "    try:\n"
         "        open(p, 'w').close(); print(p, 'ok')\n"
         "    except OSError as e:\n"
@@ -236,8 +238,9 @@ def test_a_container_touches_only_its_own_node_directory(docker_backends):
     out = container.exec_run(["python3", "-c", probe]).output.decode().split("\n")
     assert out[0] == str(uid)
     assert out[1] == "/node/x ok" and out[2] == "/x OSError" and out[3] == "/run-dir/x FileNotFoundError"
-    assert "trace.pb" in out[4] and "config.json" in out[4]
-    assert out[5] == "0000000000000000 0000000000000000 1"  # no capability, none to gain, no-new-privileges
+    assert out[4] == "/usr/lib/x OSError" and out[5] == "/opt/x OSError"
+    assert "trace.pb" in out[6] and "config.json" in out[6]
+    assert out[7] == "0000000000000000 0000000000000000 1"  # no capability, none to gain, no-new-privileges
     host = container.attrs["HostConfig"]
     assert (host["CapDrop"], host["ReadonlyRootfs"], host["Privileged"]) == (["ALL"], True, False)
     assert "no-new-privileges" in host["SecurityOpt"]
@@ -247,4 +250,5 @@ def test_a_container_touches_only_its_own_node_directory(docker_backends):
     assert (backend.run_dir / "traces" / "a.pb").resolve() == node_dir / "trace.pb"
     assert (node_dir / "trace.pb").stat().st_uid == uid
     assert backend.isolation()["user"] == container.attrs["Config"]["User"]
+    assert len(backend.isolation()["mounts"]) == 1 + bool(backend._shared)
 
