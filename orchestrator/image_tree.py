@@ -53,8 +53,9 @@ def image_tree(client: Any, image: str, reporter: Reporter) -> Path:
     image_id = client.images.get(image).id.split(":")[-1][:16]
     root = cache_dir() / TREES
     tree = root / image_id
-    if tree.is_dir():
+    if all((tree / d).is_dir() for d in SHARED_DIRS):
         return tree
+    shutil.rmtree(tree, ignore_errors=True)  # unpacked when SHARED_DIRS was shorter
     root.mkdir(parents=True, exist_ok=True)
     reporter.note(f"unpacking {image}'s {', '.join(SHARED_DIRS)} into {tree} (shared by its containers)")
     work = Path(tempfile.mkdtemp(prefix=f".{image_id}-", dir=root))
