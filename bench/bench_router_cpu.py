@@ -4,8 +4,9 @@ published at a steady rate, and every router's CPU time read from
 /proc/<pid>/stat before and after.
 
 Prints, for each K: CPU per delivered message and per transmission (an RPC
-handed to a peer), the routers' CPU per second at rest (heartbeats and trace
-flushes), and RSS per router. CPU time is what this measures because it is
+handed to a peer) with the kernel's share of it (stime over utime + stime:
+socket calls; the rest is the routers' Python), the routers' CPU per second
+at rest (heartbeats and trace flushes), and RSS per router. CPU time is what this measures because it is
 robust to other load on the machine; the wall-clock rate is only the
 workload's pace.
 
