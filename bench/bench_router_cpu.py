@@ -4,8 +4,9 @@ published at a steady rate, and every router's CPU time read from
 /proc/<pid>/stat before and after.
 
 Prints, for each K: CPU per delivered message and per transmission (an RPC
-handed to a peer), the routers' CPU per second at rest (heartbeats and trace
-flushes), and RSS per router. CPU time is what this measures because it is
+handed to a peer) with the kernel's share of it (stime over utime + stime:
+socket calls; the rest is the routers' Python), the routers' CPU per second
+at rest (heartbeats and trace flushes), and RSS per router. CPU time is what this measures because it is
 robust to other load on the machine; the wall-clock rate is only the
 workload's pace.
 
@@ -83,8 +84,14 @@ def experiment(k: int, degree: int) -> ResolvedExperiment:
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, in seconds."""
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(utime, stime) of a process, in seconds: stime is the kernel's share
+    (socket calls; on loopback a send also runs the receiver's TCP input)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
 
 
 def rss_bytes(pid: int) -> int:
@@ -118,6 +125,7 @@ def snapshot(ctl: Controller) -> dict:
     return {
         "t": time.monotonic(),
         "cpu": {n: cpu_seconds(s["pid"]) for n, s in sts.items()},
+        "sys": sum(cpu_split(s["pid"])[1] for s in sts.values()),
         "delivered": sum(s["counters"]["delivered"] - s["counters"]["published"] for s in sts.values()),
         "rpcs_out": sum(s["counters"]["rpcs_out"] for s in sts.values()),
         "rss": [rss_bytes(s["pid"]) for s in sts.values()],
@@ -150,12 +158,15 @@ def measure(snap, publish, k: int, messages: int, rate: float, rest_s: float) ->
     after = snap()
     load_s = after["t"] - before["t"]
     load_cpu = sum(after["cpu"].values()) - sum(before["cpu"].values())
+    load_sys = after["sys"] - before["sys"]
     work_cpu = load_cpu - rest_cpu / (before["t"] - before_rest["t"]) * load_s  # less what rest would cost
     delivered = after["delivered"] - before["delivered"]
     sent = None if after["rpcs_out"] is None else after["rpcs_out"] - before["rpcs_out"]
     return {
         "delivered": delivered, "expected_deliveries": expected, "transmissions": sent,
-        "cpu_s_under_load": round(load_cpu, 3), "load_wall_s": round(load_s, 2),
+        "cpu_s_under_load": round(load_cpu, 3),
+        "kernel_share_under_load": round(load_sys / load_cpu, 2) if load_cpu else 0.0,
+        "load_wall_s": round(load_s, 2),
         "cpu_ms_per_delivery": round(1000 * work_cpu / delivered, 3) if delivered else None,
         "cpu_ms_per_transmission": round(1000 * work_cpu / sent, 3) if sent else None,
         "rest_cpu_ms_per_s_per_router": round(1000 * rest_cpu / (before["t"] - before_rest["t"]) / k, 2),
@@ -286,6 +297,7 @@ def bench_pylibp2p(k: int, degree: int, messages: int, rate: float, size: int, r
             return {
                 "t": time.monotonic(),
                 "cpu": {h.index: cpu_seconds(h.proc.pid) for h in hosts},
+                "sys": sum(cpu_split(h.proc.pid)[1] for h in hosts),
                 "delivered": sum(h.delivered for h in hosts),
                 "rpcs_out": None,
                 "rss": [rss_bytes(h.proc.pid) for h in hosts],
@@ -308,7 +320,8 @@ def report(title: str, r: dict) -> None:
           f"at {r['rate']:g}/s")
     sent = "" if r["transmissions"] is None else f", {r['transmissions']} transmissions"
     print(f"  deliveries:            {r['delivered']} of {r['expected_deliveries']}{sent}")
-    print(f"  CPU per delivery:      {r['cpu_ms_per_delivery']} ms (all routers' CPU, less rest)")
+    print(f"  CPU per delivery:      {r['cpu_ms_per_delivery']} ms (all routers' CPU, less rest; "
+          f"{r['kernel_share_under_load']:.0%} of it in the kernel)")
     if r["transmissions"] is not None:
         print(f"  CPU per transmission:  {r['cpu_ms_per_transmission']} ms")
     print(f"  CPU at rest:           {r['rest_cpu_ms_per_s_per_router']} ms/s per router")

@@ -123,7 +123,8 @@ class EventEncoder:
     def __init__(self) -> None:
         self._by_rpc: dict[int, tuple[object, bytes]] = {}
         self._by_message: dict[int, tuple[object, bytes]] = {}
-        self._heads: dict[bytes, bytes] = {}
+        self._heads: dict[tuple[int, bytes], bytes] = {}
+        self._fields: dict[tuple[bytes, bytes | str], bytes] = {}
         self._last_timestamp = (-1, b"")
 
     @staticmethod
@@ -148,30 +149,41 @@ class EventEncoder:
             entry = cache[id(owner)] = (owner, self._meta_bytes(rpc))
         return entry[1]
 
+    def _field(self, tag: bytes, value: bytes | str) -> bytes:
+        """A length-delimited field whose value recurs (a peer id, a topic)."""
+        field = self._fields.get((tag, value))
+        if field is None:
+            if len(self._fields) >= _CACHE_LIMIT:
+                self._fields.clear()
+            data = value.encode() if isinstance(value, str) else value
+            field = self._fields[(tag, value)] = _ld(tag, data)
+        return field
+
     def _head(self, type_: int, self_id: bytes, timestamp: int) -> bytes:
-        head = self._heads.get(self_id)
+        """type, peerID and timestamp: kept per type and node, the timestamp's
+        varint per input (the events of one input share their timestamp)."""
+        head = self._heads.get((type_, self_id))
         if head is None:
-            head = self._heads[self_id] = _ld(b"\x12", self_id) + b"\x18"
+            head = self._heads[(type_, self_id)] = b"\x08" + _uv(type_) + _ld(b"\x12", self_id) + b"\x18"
         last, encoded = self._last_timestamp
-        if timestamp != last:  # the events of one input share their timestamp
+        if timestamp != last:
             encoded = _uv(timestamp)
             self._last_timestamp = (timestamp, encoded)
-        return b"\x08" + _uv(type_) + head + encoded
+        return head + encoded
 
     def encode(self, ev: TraceEvent, self_id: bytes) -> bytes:
         t = ev.type
         tag = _RPC_TAGS.get(t)
         if tag is not None:
-            peer = ev.peer
-            body = b"\x0a" + _uv(len(peer)) + peer + self._meta_field(ev.rpc if ev.rpc is not None else Rpc())
+            body = self._field(b"\x0a", ev.peer) + self._meta_field(ev.rpc if ev.rpc is not None else Rpc())
             return self._head(t, self_id, ev.timestamp) + tag + _uv(len(body)) + body
         if t == _DUPLICATE or t == _DELIVER:
-            mid, peer, topic = ev.message_id, ev.peer, ev.topic.encode()
+            mid = ev.message_id
             mid_field = b"\x0a" + _uv(len(mid)) + mid
             if t == _DUPLICATE:
-                body = mid_field + b"\x12" + _uv(len(peer)) + peer + b"\x1a" + _uv(len(topic)) + topic
+                body = mid_field + self._field(b"\x12", ev.peer) + self._field(b"\x1a", ev.topic)
                 return self._head(t, self_id, ev.timestamp) + b"\x32" + _uv(len(body)) + body
-            body = mid_field + b"\x12" + _uv(len(topic)) + topic + b"\x1a" + _uv(len(peer)) + peer
+            body = mid_field + self._field(b"\x12", ev.topic) + self._field(b"\x1a", ev.peer)
             return self._head(t, self_id, ev.timestamp) + b"\x3a" + _uv(len(body)) + body
         return to_proto(ev, self_id).SerializeToString()
 

@@ -114,8 +114,8 @@ class Node:
         self.control_port = cfg.control_port
         self._changed = trio.Event()
         self._shutdown = trio.Event()
-        self._trace_dirty = trio.Event()  # set when events wait in the trace's buffer
-        self._flush_due: float | None = None
+        self._flush_due: float | None = None  # when events wait in the trace's buffer: when to flush them
+        self._flush_scope = trio.CancelScope()  # the flusher sleeps in it until its deadline, _flush_due
         self._nursery: trio.Nursery | None = None
 
     # Life
@@ -211,15 +211,18 @@ class Node:
 
     async def _flusher(self) -> None:
         """Flush the trace `flush_interval_ms` after the first unflushed event
-        was written; the timer's lateness is a lag sample. Idle, it sleeps."""
+        was written; the timer's lateness is a lag sample. Idle, it sleeps.
+        The timer is the deadline of the scope it sleeps in, which `_apply`
+        sets: one wake-up per flush, none to arm it."""
         while True:
-            await self._trace_dirty.wait()
+            with trio.CancelScope() as self._flush_scope:
+                if self._flush_due is not None:
+                    self._flush_scope.deadline = self._flush_due
+                await trio.sleep_forever()
             due = self._flush_due
             assert due is not None
-            await trio.sleep_until(due)
             self.lag.record(trio.current_time() - due)
             self.trace.flush()
-            self._trace_dirty = trio.Event()
             self._flush_due = None
 
     # Connections
@@ -404,7 +407,7 @@ class Node:
             self.trace.write(events, now)
             if self._flush_due is None:
                 self._flush_due = trio.current_time() + self.cfg.flush_interval_ms / 1000
-                self._trace_dirty.set()
+                self._flush_scope.deadline = self._flush_due
 
     def _frame(self, rpc: Rpc, forwarded: dict[int, bytes | None]) -> bytes | None:
         """The RPC framed for the wire; None when it exceeds max_frame."""
