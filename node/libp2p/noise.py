@@ -29,7 +29,6 @@ import struct
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from google.protobuf.message import DecodeError
 
 from node.identity import Identity, peer_id_from_public_key, peer_id_to_b58, verify
@@ -56,7 +55,7 @@ def _hkdf(chaining_key: bytes, ikm: bytes) -> tuple[bytes, bytes]:
 
 
 def _x25519_public(key: X25519PrivateKey) -> bytes:
-    return key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return key.public_key().public_bytes_raw()
 
 
 def _dh(key: X25519PrivateKey, public: bytes) -> bytes:
