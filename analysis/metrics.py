@@ -62,6 +62,10 @@ CDF_POINTS = [i / 100 for i in range(101)]
 PRE_EVENT_WINDOW_NS = 10 * NS  # the pre-event delivery level is taken over this window
 RECOVERY_FRACTION = 0.99  # recovered: back to >= 99% of the pre-event level
 CODEGEN_MIN_EVENTS = 1_000_000
+# Below this many events expressions are interpreted, not compiled: on a tiny
+# run compiling each query's projections and aggregations (Janino) is most of
+# the Spark server's CPU (3k events warm through Connect: 2.9 -> 2.0 CPU s).
+INTERPRETED_MAX_EVENTS = 100_000
 # The ingested table's schema for Spark: given, not inferred (inferring it
 # from the Parquet footers is a Spark job of its own)
 _SPARK_TYPES = {pa.string(): "string", pa.int8(): "tinyint", pa.int32(): "int", pa.int64(): "bigint"}
@@ -654,12 +658,15 @@ def _size_session(spark, n_events: int) -> None:
     than one (it coalesces them and picks joins from real sizes: with one
     partition it has nothing to adapt and only adds a job per stage);
     whole-stage code generation only where it pays off: on small inputs
-    compiling the generated code costs more than it saves."""
+    compiling the generated code costs more than it saves, and on tiny ones
+    expressions are interpreted (Spark's `NO_CODEGEN` factory mode, the
+    interpreted twin of every generated projection, ordering and predicate)."""
     from analysis.spark import parallelism
 
     cores = parallelism(spark)
     partitions = max(1, min(2 * cores, n_events // 250_000))
     spark.conf.set("spark.sql.codegen.wholeStage", "true" if n_events >= CODEGEN_MIN_EVENTS else "false")
+    spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN" if n_events < INTERPRETED_MAX_EVENTS else "FALLBACK")
     spark.conf.set("spark.sql.adaptive.enabled", "true" if partitions > 1 else "false")
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
 

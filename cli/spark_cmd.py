@@ -53,22 +53,44 @@ def start(
     spark_master: str | None = typer.Option(
         None, "--spark-master", help="The server's master (default $SPARK_MASTER, spark-defaults.conf, else local[*])."
     ),
+    warm: bool = typer.Option(
+        True, "--warm-up/--no-warm-up",
+        help="Before returning, have a new server analyse a tiny run, so that the first real analysis is warm.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the server as JSON."),
 ) -> None:
-    """Start the server (or show the one already up) and wait until it listens."""
+    """Start the server (or show the one already up), wait until it listens and warm it up."""
+    from analysis.connect import recorded
     from analysis.connect import start as start_server
 
     started = time.monotonic()
+    new = recorded(state_dir()) is None
     with err.status("starting the Spark Connect server", spinner="dots") as status:
         server = start_server(
             state_dir(), port=port, master=spark_master,
             on_wait=lambda s: status.update(f"starting the Spark Connect server ({s:.0f} s)"),
         )
+        listening_s = time.monotonic() - started
+        if new and warm:
+            status.update("warming up the Spark Connect server (a tiny analysis)")
+            _warm_up(server.url)
     if as_json:
-        typer.echo(json.dumps({**server.to_dict(), "start_s": round(time.monotonic() - started, 3)}))
+        typer.echo(json.dumps({**server.to_dict(), "start_s": round(listening_s, 3),
+                               "warm_up_s": round(time.monotonic() - started - listening_s, 3)}))
     else:
         console.print(_table(server, "Spark Connect server"))
         console.print(f"`testbed analyze` uses it while it is up; others can with SPARK_REMOTE={server.url}")
+
+
+def _warm_up(url: str) -> None:
+    """analysis/warmup.py; a failure leaves the server up and says so."""
+    from analysis.warmup import warm_up
+
+    try:
+        warm_up(url)
+    except Exception as exc:  # noqa: BLE001 - the server works without it; reported, not fatal
+        err.print(f"[bold yellow]warning:[/] the warm-up analysis failed ({type(exc).__name__}: {exc}); "
+                  "the first analysis will pay the server's warm-up")
 
 
 @spark_app.command("stop")

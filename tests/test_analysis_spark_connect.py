@@ -56,10 +56,12 @@ def test_a_running_server_serves_analyze(tmp_path):
         assert started.returncode == 0, started.stderr
         server = json.loads(started.stdout)
         assert server["url"].startswith("sc://127.0.0.1:")
+        assert server["warm_up_s"] > 0  # a new server analysed the warm-up run before start returned
         status = cli("spark", "status", "--json", state=state)
         assert status.returncode == 0 and json.loads(status.stdout)["up"] is True
         again = cli("spark", "start", "--json", state=state)  # already up: the same server
         assert json.loads(again.stdout)["pid"] == server["pid"]
+        assert json.loads(again.stdout)["warm_up_s"] == 0  # a server already up is not warmed again
 
         run = copy_run(tmp_path)
         out = cli("analyze", str(run), "--json", state=state)  # no flag: the running server
