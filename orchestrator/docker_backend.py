@@ -384,7 +384,8 @@ class DockerBackend(NetnsMixin, Backend):
         if pools:
             self._subnet = ipaddress.ip_network(pools[0]["Subnet"])
             self._gateway = pools[0].get("Gateway") or str(next(self._subnet.hosts()))
-        for container in self._client.containers.list(all=True, filters=Scope(self.testbed, None).label_filter()):
+        for container in self._client.containers.list(all=True, filters=Scope(self.testbed, None).label_filter(),
+                                                      ignore_removed=True):
             node = container.labels.get(LABEL_NODE)
             endpoint = (container.attrs.get("NetworkSettings", {}).get("Networks") or {}).get(self.network_name)
             ipam = (endpoint or {}).get("IPAMConfig") or {}

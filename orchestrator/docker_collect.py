@@ -51,7 +51,7 @@ def memory_usage(client: Any, testbed: str) -> dict[str, int]:
     """Bytes of memory each running container uses (cgroup v1 usage; the
     engine's stats where the cgroup file cannot be read)."""
     out: dict[str, int] = {}
-    for container in client.containers.list(filters={"label": f"{LABEL_TESTBED}={testbed}"}):
+    for container in client.containers.list(filters={"label": f"{LABEL_TESTBED}={testbed}"}, ignore_removed=True):
         node = container.labels.get(LABEL_NODE)
         usage = cgroup_memory(container.id)
         if usage is None:

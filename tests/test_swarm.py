@@ -70,7 +70,7 @@ def ours(state_dir: str) -> list[str]:
         found += [f"network {n.name}" for n in client.networks.list(filters=flt)]
         found += [f"secret {s.name}" for s in client.secrets.list(filters=flt)]
         found += [f"volume {v.name}" for v in client.volumes.list(filters=flt)]
-        found += [f"container {c.name}" for c in client.containers.list(all=True, filters=flt)]
+        found += [f"container {c.name}" for c in client.containers.list(all=True, filters=flt, ignore_removed=True)]
         return found
     finally:
         client.close()
