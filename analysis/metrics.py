@@ -8,11 +8,11 @@ in events.jsonl) and did not publish it; a delivery is a node's first
 DELIVER_MESSAGE of it; latency is first delivery minus first publish.
 
 The job is a chain of named stages, each a function returning a DataFrame.
-What grows with the number of events is Spark's, over one cached events
-table, in six actions (node_counts, structure_events, messages with their
-duplicates, expected_recipients joined to first deliveries,
-time_series_control, unreceived_rpcs), each brought to the driver once as
-Arrow. What those return is small next to the events, and the stages over it
+What grows with the number of events is Spark's, over the ingested events
+(scanned, not cached), in six actions (node_counts, structure_events,
+messages with their duplicates, expected_recipients joined to first
+deliveries, time_series_control, unreceived_rpcs), each brought to the
+driver once as Arrow. What those return is small next to the events, and the stages over it
 run on the driver (analysis/deliveries.py: lower bound, per message, the
 delivery time series, per node, latency distribution, in flight; here:
 subscription and up/down intervals, mesh degree, recovery) and `summarize`.
@@ -538,13 +538,12 @@ def unreceived_rpcs(E, traced: list[str]):
 def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, Any]:
     """All the metrics of a run: writes RUN_DIR/metrics/*.parquet, returns the summary.
 
-    Six Spark actions over the cached events, in two rounds of three that
+    Six Spark actions over the events, in two rounds of three that
     run at once: per-node counts, structure events and messages; then
     deliveries (which need the first round's subscriptions and up/down
     intervals), the control time series and the unreceived RPCs. Everything
     after them is driver-side work on what they returned
     (analysis/deliveries.py)."""
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     def step(name: str) -> None:
@@ -554,7 +553,10 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     out_dir = run.metrics_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     _size_session(spark, sum(pq.read_metadata(p).num_rows for p in sorted(events_dir.glob("*.parquet"))))
-    E = spark.read.schema(EVENTS_DDL).parquet(str(events_dir)).persist(StorageLevel.MEMORY_AND_DISK)
+    # The events are not cached: each action scans the Parquet files for the
+    # few columns it reads (vectorised, column-pruned), which costs less than
+    # building an in-memory copy of every column first (docs/metrics.md).
+    E = spark.read.schema(EVENTS_DDL).parquet(str(events_dir))
     M = messages(spark, E, log_publishes(run)).persist()
 
     try:
@@ -582,8 +584,7 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
             lambda: unreceived_rpcs(E, traced).toArrow().to_pandas(),
         )
     finally:  # a Connect server outlives this analysis: leave nothing cached on it
-        for df in (M, E):
-            df.unpersist()
+        M.unpersist()
     publishers = {m: list(p) for m, p in zip(msgs["msg"], msgs["publishers"])}
     expected = pc.is_valid(rows["expected"])
     candidates = rows.filter(pc.invert(expected)).select(["msg", "node"]).to_pandas()
