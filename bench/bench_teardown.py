@@ -18,6 +18,15 @@ dockerd's CPU time during it, and what was left:
 
     .venv/bin/python bench/bench_teardown.py --down 10 --tries 5
 
+With --endpoints N it measures what one endpoint release costs: N sleeping
+containers (docker-init, the router image) on one internal bridge network,
+disconnected --workers at a time (default 1, the teardown's rule), then
+removed by the testbed's own teardown, which names the network if Docker
+lost count of its endpoints (more than one worker did so here at 250: the
+network then needs a daemon restart, so run that only on a host of your own):
+
+    .venv/bin/python bench/bench_teardown.py --endpoints 40 --workers 1 --tries 1
+
 Docker is shared with whatever else runs on the host: the durations of the
 tries depend on that load; the counts of what is left must not.
 """
@@ -50,9 +59,13 @@ def main() -> int:
     parser.add_argument("--readiness-fail", type=int, metavar="N",
                         help="runs of N containers made to fail at readiness, --tries in a row")
     parser.add_argument("--down", type=int, metavar="N", help="time `testbed down` of a live N-container testbed")
+    parser.add_argument("--endpoints", type=int, metavar="N", help="time disconnects of N containers from one network")
+    parser.add_argument("--workers", type=int, default=1, help="concurrent disconnects with --endpoints")
     args = parser.parse_args()
     quiet = args.json
-    ensure_image()
+    image = ensure_image()
+    if args.endpoints:
+        return endpoints_bench(image, args.endpoints, args.workers, args.tries)
     if args.readiness_fail:
         return readiness_bench(args.readiness_fail, args.tries, quiet)
     if args.down:
@@ -157,6 +170,36 @@ def down_bench(nodes: int, tries: int, quiet: bool) -> int:
               + ", ".join(f"{k} {v:.2f}" for k, v in summary["median"].items()))
     clean = all(r["rc"] == 0 and not any(r["left"].values()) for r in rows)
     return 0 if clean else 1
+
+
+def endpoints_bench(image: str, nodes: int, workers: int, tries: int) -> int:
+    import docker  # noqa: PLC0415
+
+    from orchestrator.docker_teardown import Scope, bounded, teardown  # noqa: PLC0415
+    from orchestrator.docker_util import LABEL, LABEL_STATE, LABEL_TESTBED  # noqa: PLC0415
+
+    client, clean = docker.from_env(timeout=300), 0
+    with tempfile.TemporaryDirectory(prefix="bench-teardown-endpoints-") as state:
+        for index in range(tries):
+            testbed = f"endpoints{nodes}-{index}-{os.getpid()}"
+            labels = {LABEL: "1", LABEL_TESTBED: testbed, LABEL_STATE: state}
+            net = client.networks.create(f"gtb-{testbed}", driver="bridge", internal=True, labels=labels)
+            ids = bounded(lambda i: client.api.create_container(
+                image, entrypoint=["sleep", "infinity"], name=f"gtb-{testbed}-n{i}", labels=labels,
+                host_config=client.api.create_host_config(init=True, network_mode=net.name))["Id"], list(range(nodes)))
+            bounded(client.api.start, ids)
+            cpu0, t0 = _dockerd_cpu_s(), time.monotonic()
+            bounded(lambda cid: client.api.disconnect_container_from_network(cid, net.id), ids, workers)
+            wall, dockerd1 = time.monotonic() - t0, _dockerd_cpu_s()
+            net.reload()
+            listed = len(net.attrs.get("Containers") or {})
+            left = teardown(client, Scope(testbed, state)).left
+            clean += not left
+            cpu = f"{(dockerd1 - cpu0) / nodes * 1000:.0f} ms" if cpu0 is not None and dockerd1 else "unknown"
+            print(f"try {index}: {nodes} disconnects, {workers} at a time: {wall:.2f} s, {wall / nodes * 1000:.0f} ms "
+                  f"each, dockerd CPU {cpu} each, load {os.getloadavg()[0]:.1f}; endpoints listed after: {listed}; "
+                  + ("; ".join(lf.line() for lf in left) or "network removed"))
+    return 0 if clean == tries else 1
 
 
 if __name__ == "__main__":
