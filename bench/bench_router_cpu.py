@@ -28,6 +28,7 @@ worktree's routers (the `code` line says which).
     .venv/bin/python bench/bench_router_cpu.py                       # K = 10 and 50
     .venv/bin/python bench/bench_router_cpu.py --routers 10 --messages 100 --json
     .venv/bin/python bench/bench_router_cpu.py --no-pylibp2p                 # ours only
+    .venv/bin/python bench/bench_router_cpu.py --routers 50 --latency 30     # ours, links shaped in the router
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ PY_PARAMS = {"D": 6, "D_low": 4, "D_high": 12, "heartbeat_interval": 1.0}
 TOPIC = "t"
 
 
-def experiment(k: int, degree: int) -> ResolvedExperiment:
+def experiment(k: int, degree: int, latency_ms: float = 0.0) -> ResolvedExperiment:
     names = [f"n{i:03d}" for i in range(k)]
     rng = random.Random(1)
     edges: set[tuple[str, str]] = set()
@@ -77,7 +78,7 @@ def experiment(k: int, degree: int) -> ResolvedExperiment:
     nodes = tuple(NodeSpec(name, "default", "gossipsub", {}, (TOPIC,), i) for i, name in enumerate(names))
     return ResolvedExperiment(
         name=f"bench-cpu-{k}", source="bench/bench_router_cpu.py", seed=1, nodes=nodes,
-        edges=tuple(sorted(edges)), links={}, default_link=LinkParams(0.0), publishes=(), churn=(),
+        edges=tuple(sorted(edges)), links={}, default_link=LinkParams(latency_ms), publishes=(), churn=(),
         expectations=(), duration=0.0, linger=0.0,
     )
 
@@ -176,11 +177,12 @@ def measure(snap, publish, k: int, messages: int, rate: float, rest_s: float) ->
     }
 
 
-def bench(k: int, degree: int, messages: int, rate: float, size: int, rest_s: float) -> dict:
-    resolved = experiment(k, degree)
+def bench(k: int, degree: int, messages: int, rate: float, size: int, rest_s: float, latency_ms: float) -> dict:
+    resolved = experiment(k, degree, latency_ms)
     run_dir = Path(tempfile.mkdtemp(prefix=f"bench-cpu-{k}-"))
     ctl = Controller.create(resolved, None, "process", f"bench-cpu-{k}-{int(time.time())}", run_dir)
-    result: dict = {"routers": k, "edges": len(resolved.edges), "messages": messages, "rate": rate, "size": size}
+    result: dict = {"routers": k, "edges": len(resolved.edges), "messages": messages, "rate": rate, "size": size,
+                    "latency_ms": latency_ms}
     names = list(ctl.nodes)
 
     def publish(seq: int, i: int, at: float) -> None:
@@ -317,7 +319,7 @@ def bench_pylibp2p(k: int, degree: int, messages: int, rate: float, size: int, r
 
 def report(title: str, r: dict) -> None:
     print(f"{title}: K={r['routers']} ({r['edges']} overlay edges), {r['messages']} messages of {r['size']} B "
-          f"at {r['rate']:g}/s")
+          f"at {r['rate']:g}/s" + (f", {r['latency_ms']:g} ms links" if r.get("latency_ms") else ""))
     sent = "" if r["transmissions"] is None else f", {r['transmissions']} transmissions"
     print(f"  deliveries:            {r['delivered']} of {r['expected_deliveries']}{sent}")
     print(f"  CPU per delivery:      {r['cpu_ms_per_delivery']} ms (all routers' CPU, less rest; "
@@ -349,13 +351,18 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=10.0, help="messages per second")
     ap.add_argument("--size", type=int, default=256, help="bytes of data per message")
     ap.add_argument("--rest", type=float, default=10.0, help="seconds measured at rest")
+    ap.add_argument("--latency", type=float, default=0.0, metavar="MS",
+                    help="one-way latency of every link, applied by our routers' user-space shaper as on a "
+                         "host without netem (py-libp2p cannot be shaped here, so it is skipped)")
     ap.add_argument("--no-pylibp2p", action="store_true", help="measure our routers only")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     code = str(Path(node.__file__).resolve().parent.parent)
     work = (args.degree, args.messages, args.rate, args.size, args.rest)
-    results = [progress("ours", bench(k, *work)) for k in args.routers]
-    skipped = "--no-pylibp2p" if args.no_pylibp2p else pylibp2p_missing()
+    results = [progress("ours", bench(k, *work, args.latency)) for k in args.routers]
+    skipped = ("--no-pylibp2p" if args.no_pylibp2p else
+               "--latency: py-libp2p's links cannot be shaped on the process backend" if args.latency else
+               pylibp2p_missing())
     theirs = [] if skipped else [progress("py-libp2p", bench_pylibp2p(k, *work)) for k in args.routers]
     for ours, other in zip(results, theirs):
         ours["pylibp2p_over_ours"] = ratio(ours, other)
