@@ -152,13 +152,17 @@ class SwarmBackend(Backend):
                 raise TestbedError(f"testbed {self.testbed!r} has no overlay network (not up?)") from None
         return self._network
 
-    def subnet(self) -> str:
-        network = self._network_obj()
-        network.reload()
-        pools = (network.attrs.get("IPAM") or {}).get("Config") or []
-        if not pools:
-            raise TestbedError(f"overlay network {self.network_name} has no subnet yet")
-        return pools[0]["Subnet"]
+    def subnet(self, wait_s: float = 15.0) -> str:
+        """A new overlay gets its subnet a moment after the create returns."""
+        network, deadline = self._network_obj(), time.monotonic() + wait_s
+        while True:
+            network.reload()
+            pools = (network.attrs.get("IPAM") or {}).get("Config") or []
+            if pools:
+                return pools[0]["Subnet"]
+            if time.monotonic() > deadline:
+                raise TestbedError(f"overlay network {self.network_name} has no subnet after {wait_s:g} s")
+            time.sleep(0.2)
 
     # ------------------------------------------------------------ shaping
 

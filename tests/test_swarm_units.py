@@ -1,7 +1,7 @@
 """The swarm backend's parts that need no swarm: the tc program a task gets
 (peer names where addresses go), the placement field of experiment files,
 where collected files land, the teardown order and its retries, the engine
-map, and doctor's swarm line."""
+map, doctor's swarm line, and the wait for a new overlay's subnet."""
 
 from __future__ import annotations
 
@@ -188,3 +188,26 @@ def test_doctor_says_what_a_missing_swarm_costs_once_the_backend_exists():
     assert checks["swarm"].fix == "docker swarm init" and "docs/swarm.md" in checks["swarm"].cost
     active = replace(facts, backends=("process", "swarm", "docker"), docker=replace(facts.docker, swarm="active"))
     assert {c.name: c for c in assess(active).checks}["swarm"].status == "ok"
+
+
+class SlowOverlay:
+    """An overlay network the manager gives its subnet on the third look."""
+
+    def __init__(self):
+        self.attrs, self.looks = {"IPAM": {"Config": []}}, 0
+
+    def reload(self):
+        self.looks += 1
+        if self.looks == 3:
+            self.attrs = {"IPAM": {"Config": [{"Subnet": "10.0.9.0/24"}]}}
+
+
+def test_the_subnet_is_awaited_until_the_manager_allocates_it():
+    from orchestrator import swarm_backend  # noqa: PLC0415
+
+    backend = object.__new__(swarm_backend.SwarmBackend)
+    backend._network, backend.testbed = SlowOverlay(), "t"
+    assert backend.subnet() == "10.0.9.0/24" and backend._network.looks == 3
+    backend._network.looks, backend._network.attrs = -10**9, {}
+    with pytest.raises(swarm_backend.TestbedError, match="gtb-t has no subnet after 0.3 s"):
+        backend.subnet(wait_s=0.3)
