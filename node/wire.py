@@ -51,7 +51,7 @@ def workload_data(seq: int, size: int) -> bytes:
     return (seq.to_bytes(8, "big") + head * (size // len(head) + 1))[:size]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Message:
     """A pubsub message. Empty `from_peer`, `seqno`, `signature` and `key` are
     absent on the wire. `id` is computed once, when the message is built or
@@ -62,13 +62,24 @@ class Message:
     data: bytes
     seqno: bytes
     topic: str
-    signature: bytes = b""
-    key: bytes = b""
-    id: MessageId = None  # type: ignore[assignment]  # always bytes after __post_init__
+    signature: bytes
+    key: bytes
+    id: MessageId
 
-    def __post_init__(self) -> None:
-        if self.id is None:
-            object.__setattr__(self, "id", self.from_peer + self.seqno)
+    def __init__(
+        self, from_peer: PeerId, data: bytes, seqno: bytes, topic: str, signature: bytes = b"", key: bytes = b"",
+        id: MessageId | None = None,
+    ) -> None:
+        """The dataclass's own fields, in order; `id` only when given (the
+        field itself is always bytes)."""
+        setattr_ = object.__setattr__
+        setattr_(self, "from_peer", from_peer)
+        setattr_(self, "data", data)
+        setattr_(self, "seqno", seqno)
+        setattr_(self, "topic", topic)
+        setattr_(self, "signature", signature)
+        setattr_(self, "key", key)
+        setattr_(self, "id", from_peer + seqno if id is None else id)
 
 
 def seqno_bytes(counter: int) -> bytes:

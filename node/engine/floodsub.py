@@ -20,8 +20,7 @@ class FloodSubParams:
             raise ValueError("seen_ttl must be positive")
 
 
-class FloodSubRouter(PubSubRouter):
-    params: FloodSubParams
+class FloodSubRouter(PubSubRouter[FloodSubParams]):
     protocol_id = FLOODSUB_ID
     supported_protocols = frozenset({FLOODSUB_ID})
 

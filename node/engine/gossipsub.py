@@ -65,8 +65,7 @@ class GossipSubParams:
             )
 
 
-class GossipSubRouter(PubSubRouter):
-    params: GossipSubParams
+class GossipSubRouter(PubSubRouter[GossipSubParams]):
     protocol_id = MESHSUB_ID
     supported_protocols = frozenset({MESHSUB_ID, FLOODSUB_ID})
 

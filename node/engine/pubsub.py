@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from node.engine.api import NS, Output, OutputBuilder, TraceType
 from node.engine.authenticity import REJECT_SELF_ORIGIN, REJECT_VALIDATION_FAILED, Authenticity
@@ -25,9 +25,13 @@ Validator = Callable[[Message], bool]
 class RouterParams(Protocol):
     """What every router's parameter class has."""
 
-    seen_ttl: float
+    @property
+    def seen_ttl(self) -> float: ...
 
     def check(self) -> None: ...
+
+
+P = TypeVar("P", bound=RouterParams)
 
 
 def sample_sorted(rng: random.Random, peers: Iterable[PeerId], k: int) -> list[PeerId]:
@@ -40,12 +44,12 @@ def sample_sorted(rng: random.Random, peers: Iterable[PeerId], k: int) -> list[P
     return rng.sample(pool, k)
 
 
-class PubSubRouter:
+class PubSubRouter(Generic[P]):
     protocol_id: str = ""
     supported_protocols: frozenset[str] = frozenset()
 
     def __init__(
-        self, peer_id: PeerId, rng: random.Random, params: RouterParams, validator: Validator | None = None,
+        self, peer_id: PeerId, rng: random.Random, params: P, validator: Validator | None = None,
         auth: Authenticity = Authenticity(),
     ) -> None:
         """`params` are checked here; routers without a heartbeat interval of

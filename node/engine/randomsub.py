@@ -23,8 +23,7 @@ class RandomSubParams:
             raise ValueError("seen_ttl must be positive")
 
 
-class RandomSubRouter(PubSubRouter):
-    params: RandomSubParams
+class RandomSubRouter(PubSubRouter[RandomSubParams]):
     protocol_id = RANDOMSUB_ID
     supported_protocols = frozenset({RANDOMSUB_ID, FLOODSUB_ID})
 

@@ -147,7 +147,7 @@ class YamuxSession:
         stream = self.streams.get(stream_id)
         return 0 if stream is None or stream.local_closed else stream.send_window
 
-    def send_data(self, stream_id: int, data: bytes) -> int:
+    def send_data(self, stream_id: int, data: bytes | memoryview) -> int:
         """Queue as much of `data` as the send window allows; the count queued."""
         stream = self.streams.get(stream_id)
         if stream is None or stream.local_closed:
@@ -204,7 +204,7 @@ class YamuxSession:
 
     # Their side
 
-    def receive_data(self, data: bytes) -> list[Event]:
+    def receive_data(self, data: bytes | bytearray) -> list[Event]:
         self._buf += data
         events: list[Event] = []
         pos = 0
