@@ -83,8 +83,7 @@ def read(state_dir: Path) -> Warming | None:
 
 def detach(state_dir: Path, url: str) -> Warming:
     """Start the background warm-up in its own session (it outlives the CLI)."""
-    log = open(state_dir / "spark-connect-warming.log", "wb")  # noqa: SIM115 - the child owns it
-    with log:
+    with open(state_dir / "spark-connect-warming.log", "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "analysis.warming", str(state_dir), url],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -142,4 +141,9 @@ def _exit_on_sigterm(signum, frame) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    keep_warming(Path(sys.argv[1]), sys.argv[2])
+    try:
+        keep_warming(Path(sys.argv[1]), sys.argv[2])
+    except SystemExit:
+        # stopped (`spark stop` ends the server next): skip the Connect
+        # client's exit hook, which would retry a gone server for minutes
+        os._exit(0)

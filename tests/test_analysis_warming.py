@@ -53,3 +53,12 @@ def test_no_warm_up_reads_as_none(tmp_path):
 def test_a_damaged_state_file_reads_as_none(tmp_path, content):
     (tmp_path / warming.STATE_FILE).write_text(content)
     assert warming.read(tmp_path) is None
+
+
+def test_a_detached_warm_up_against_no_server_ends_and_records_why(tmp_path):
+    started = warming.detach(tmp_path, "sc://127.0.0.1:1")
+    deadline = time.monotonic() + 120
+    while not (read := warming.read(tmp_path)).done and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert read.pid == started.pid and read.runs == 0
+    assert "no Spark Connect server answers" in read.error  # its own record, not "ended before it finished"
