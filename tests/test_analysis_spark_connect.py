@@ -35,7 +35,7 @@ def copy_run(tmp_path: Path) -> Path:
 def test_status_without_a_server_exits_3(tmp_path):
     out = cli("spark", "status", "--json", state=tmp_path)
     assert out.returncode == 3
-    assert json.loads(out.stdout) == {"up": False, "server": None}
+    assert json.loads(out.stdout) == {"up": False, "server": None, "warm_up": None}
     assert cli("spark", "stop", state=tmp_path).returncode == 0
 
 
