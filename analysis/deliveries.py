@@ -197,9 +197,12 @@ def time_series_delivery(deliveries: pd.DataFrame, t0: int) -> pd.DataFrame:
     sec = np.floor((deliveries["publish_ts"].to_numpy(dtype=np.int64) - t0) / 1e9).astype(np.int64)
     secs, code = np.unique(sec, return_inverse=True)
     n = len(secs)
-    msg_code = pd.factorize(deliveries["msg"])[0]
-    pairs = np.unique(np.stack([code, msg_code]), axis=1) if len(code) else np.zeros((2, 0), dtype=np.int64)
-    messages = np.bincount(pairs[0], minlength=n).astype(np.int64)
+    msg_code = pd.factorize(deliveries["msg"])[0] + 1  # 0: no message id
+    # distinct (second, message) pairs as one int64 key each: np.unique over
+    # a 2-row array (axis=1) sorts structured rows, ~50x slower at 1M rows
+    width = int(msg_code.max()) + 1 if len(msg_code) else 1
+    pairs = np.unique(code.astype(np.int64) * width + msg_code)
+    messages = np.bincount(pairs // width, minlength=n).astype(np.int64)
     expected = np.bincount(code, minlength=n).astype(np.int64)
     delivered = np.bincount(code, weights=deliveries["delivered"].to_numpy(), minlength=n).astype(np.int64)
     q = spark_percentiles(code, deliveries["latency_ms"].to_numpy(), n, [0.5, 0.99])

@@ -24,23 +24,29 @@ TOPIC = "warm-up"
 NODES = ("w0", "w1", "w2", "w3")
 
 
-def warm_up_run(root: Path) -> Path:
-    """A tiny run directory: four nodes JOIN a topic and GRAFT a ring; w0
-    publishes one message that reaches the others (w3 once more, a duplicate)."""
-    m = Message(b"w0", b"warm-up", seqno_bytes(1), TOPIC)
-    rpc = Rpc(publish=(m,))
+def warm_up_run(root: Path, messages: int = 1) -> Path:
+    """A tiny run directory: four nodes JOIN a topic and GRAFT a ring; each
+    message, published by the nodes in turn, reaches the other three over
+    the ring (the last of them once more, a duplicate): 13 events per message."""
     events: dict[str, list[TraceEvent]] = {n: [TraceEvent(TraceType.JOIN, 0, topic=TOPIC)] for n in NODES}
     for i, n in enumerate(NODES):
         peer = NODES[(i + 1) % len(NODES)].encode()
         events[n].append(TraceEvent(TraceType.GRAFT, 1 * MS, peer=peer, topic=TOPIC))
-    events["w0"].append(TraceEvent(TraceType.PUBLISH_MESSAGE, 10 * MS, message_id=m.id, topic=TOPIC))
-    for k, (src, dst) in enumerate((("w0", "w1"), ("w1", "w2"), ("w2", "w3"), ("w1", "w3"))):
-        t = (20 + 10 * k) * MS
-        events[src].append(TraceEvent(TraceType.SEND_RPC, t, peer=dst.encode(), rpc=rpc))
-        events[dst].append(TraceEvent(TraceType.RECV_RPC, t + 5 * MS, peer=src.encode(), rpc=rpc))
-        seen = any(e.type == TraceType.DELIVER_MESSAGE for e in events[dst])
-        kind = TraceType.DUPLICATE_MESSAGE if seen else TraceType.DELIVER_MESSAGE
-        events[dst].append(TraceEvent(kind, t + 5 * MS, message_id=m.id, topic=TOPIC, peer=src.encode()))
+    for k in range(messages):
+        ring = NODES[k % len(NODES):] + NODES[:k % len(NODES)]
+        m = Message(ring[0].encode(), b"warm-up", seqno_bytes(k + 1), TOPIC)
+        rpc = Rpc(publish=(m,))
+        t0 = 10 * MS + k * 100 * MS
+        events[ring[0]].append(TraceEvent(TraceType.PUBLISH_MESSAGE, t0, message_id=m.id, topic=TOPIC))
+        reached: set[str] = set()
+        for hop, (a, b) in enumerate(((0, 1), (1, 2), (2, 3), (1, 3))):
+            src, dst = ring[a], ring[b]
+            t = t0 + (10 + 10 * hop) * MS
+            events[src].append(TraceEvent(TraceType.SEND_RPC, t, peer=dst.encode(), rpc=rpc))
+            events[dst].append(TraceEvent(TraceType.RECV_RPC, t + 5 * MS, peer=src.encode(), rpc=rpc))
+            kind = TraceType.DUPLICATE_MESSAGE if dst in reached else TraceType.DELIVER_MESSAGE
+            reached.add(dst)
+            events[dst].append(TraceEvent(kind, t + 5 * MS, message_id=m.id, topic=TOPIC, peer=src.encode()))
     traces = root / "traces"
     traces.mkdir(parents=True, exist_ok=True)
     for node, evs in events.items():

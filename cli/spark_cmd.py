@@ -55,7 +55,8 @@ def start(
     ),
     warm: bool = typer.Option(
         True, "--warm-up/--no-warm-up",
-        help="Before returning, have a new server analyse a tiny run, so that the first real analysis is warm.",
+        help="Before returning, have a new server analyse a tiny run, so that the first real analysis is warm; "
+        "then keep warming it in the background (`testbed spark status` says when that is done).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the server as JSON."),
 ) -> None:
@@ -73,17 +74,20 @@ def start(
         listening_s = time.monotonic() - started
         if new and warm:
             status.update("warming up the Spark Connect server (a tiny analysis)")
-            _warm_up(server.url)
+            if _warm_up(server.url):
+                from analysis.warming import detach
+
+                detach(state_dir(), server.url)
+    warm_up_s = round(time.monotonic() - started - listening_s, 3)
     if as_json:
-        typer.echo(json.dumps({**server.to_dict(), "start_s": round(listening_s, 3),
-                               "warm_up_s": round(time.monotonic() - started - listening_s, 3)}))
+        typer.echo(json.dumps({**server.to_dict(), "start_s": round(listening_s, 3), "warm_up_s": warm_up_s}))
     else:
         console.print(_table(server, "Spark Connect server"))
         console.print(f"`testbed analyze` uses it while it is up; others can with SPARK_REMOTE={server.url}")
 
 
-def _warm_up(url: str) -> None:
-    """analysis/warmup.py; a failure leaves the server up and says so."""
+def _warm_up(url: str) -> bool:
+    """analysis/warmup.py; a failure leaves the server up and says so (False)."""
     from analysis.warmup import warm_up
 
     try:
@@ -91,13 +95,17 @@ def _warm_up(url: str) -> None:
     except Exception as exc:  # noqa: BLE001 - the server works without it; reported, not fatal
         err.print(f"[bold yellow]warning:[/] the warm-up analysis failed ({type(exc).__name__}: {exc}); "
                   "the first analysis will pay the server's warm-up")
+        return False
+    return True
 
 
 @spark_app.command("stop")
 def stop(as_json: bool = typer.Option(False, "--json", help="Print the result as JSON.")) -> None:
     """Stop the server this state directory started."""
     from analysis.connect import stop as stop_server
+    from analysis.warming import stop as stop_warming
 
+    stop_warming(state_dir())
     server = stop_server(state_dir())
     if as_json:
         typer.echo(json.dumps({"stopped": server.to_dict() if server else None}))
@@ -107,19 +115,34 @@ def stop(as_json: bool = typer.Option(False, "--json", help="Print the result as
 
 @spark_app.command("status")
 def status(as_json: bool = typer.Option(False, "--json", help="Print the status as JSON.")) -> None:
-    """Show whether the server is up; exit 3 when it is not."""
+    """Show whether the server is up and its background warm-up done; exit 3 when it is not up."""
+    from dataclasses import asdict
+
     from analysis.connect import recorded, running
+    from analysis.warming import read
 
     server = recorded(state_dir())
     up = running(state_dir()) is not None
+    warming = read(state_dir()) if server is not None else None
     if as_json:
-        typer.echo(json.dumps({"up": up, "server": server.to_dict() if server else None}))
+        typer.echo(json.dumps({"up": up, "server": server.to_dict() if server else None,
+                               "warm_up": asdict(warming) if warming else None}))
     elif server is None:
         console.print("no Spark Connect server is running (start one with `testbed spark start`)")
     else:
         console.print(_table(server, "Spark Connect server: " + ("up" if up else "starting")))
+        if warming is not None:
+            console.print(_warming_line(warming))
     if not up:
         raise typer.Exit(3)
+
+
+def _warming_line(warming) -> str:
+    last = f", last {warming.last_s:.1f} s, best {warming.best_s:.1f} s" if warming.runs else ""
+    if not warming.done:
+        return f"background warm-up: running ({warming.runs} analyses so far{last})"
+    return f"background warm-up: done after {warming.runs} analyses{last}" + (
+        f" ({warming.error})" if warming.error else "")
 
 
 def register(app: typer.Typer) -> None:

@@ -35,7 +35,7 @@ def copy_run(tmp_path: Path) -> Path:
 def test_status_without_a_server_exits_3(tmp_path):
     out = cli("spark", "status", "--json", state=tmp_path)
     assert out.returncode == 3
-    assert json.loads(out.stdout) == {"up": False, "server": None}
+    assert json.loads(out.stdout) == {"up": False, "server": None, "warm_up": None}
     assert cli("spark", "stop", state=tmp_path).returncode == 0
 
 
@@ -59,6 +59,8 @@ def test_a_running_server_serves_analyze(tmp_path):
         assert server["warm_up_s"] > 0  # a new server analysed the warm-up run before start returned
         status = cli("spark", "status", "--json", state=state)
         assert status.returncode == 0 and json.loads(status.stdout)["up"] is True
+        warming = json.loads(status.stdout)["warm_up"]  # start left the background warm-up running
+        assert warming["pid"] > 0 and warming["runs"] >= 0
         again = cli("spark", "start", "--json", state=state)  # already up: the same server
         assert json.loads(again.stdout)["pid"] == server["pid"]
         assert json.loads(again.stdout)["warm_up_s"] == 0  # a server already up is not warmed again
@@ -76,3 +78,6 @@ def test_a_running_server_serves_analyze(tmp_path):
     assert stopped.returncode == 0
     assert json.loads(stopped.stdout)["stopped"]["pid"] == server["pid"]
     assert cli("spark", "status", state=state).returncode == 3
+    assert not (state / "spark-connect-warming.json").exists()
+    with pytest.raises(ProcessLookupError):  # stop ended the background warm-up too
+        os.kill(warming["pid"], 0)

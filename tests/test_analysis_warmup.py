@@ -23,3 +23,15 @@ def test_the_warm_up_run_is_a_whole_analysis(tmp_path, spark):  # noqa: F811
     assert summary["latency_ms"]["p50"] == pytest.approx(25.0)  # w1 at 15 ms, w2 at 25, w3 at 35
     for table in ("deliveries", "messages", "nodes", "mesh_degree", "timeseries_control"):
         assert (tmp_path / "run" / "metrics" / f"{table}.parquet").is_file(), table
+
+
+@requires_java
+@pytest.mark.spark
+def test_the_background_warm_up_run_has_every_message_reach_every_node(tmp_path, spark):  # noqa: F811
+    summary = analysis.run_analysis(warm_up_run(tmp_path / "run", messages=6))
+    assert summary["messages"] == 6
+    assert summary["events"] == 2 * len(NODES) + 13 * 6  # JOIN and GRAFT per node, 13 per message
+    assert summary["expected_deliveries"] == 6 * (len(NODES) - 1)
+    assert summary["delivery_ratio"] == 1.0
+    assert summary["duplicates"] == 6
+    assert summary["latency_ms"]["p50"] == pytest.approx(25.0)

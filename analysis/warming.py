@@ -1,0 +1,149 @@
+"""Keep warming a new Spark Connect server in the background after
+`testbed spark start` returns.
+
+Why: the one warm-up analysis `spark start` waits for (analysis/warmup.py)
+pays the server's first, dearest analysis, but a server keeps getting
+cheaper for about a dozen more (its JIT compiles the query paths as they get
+hot: a 3k-event analysis costs the server several times more CPU on its
+second run than on its tenth). Those runs are not worth making the user wait
+for, so a detached process runs the warm-up analysis again until its time
+stops falling (PATIENCE runs without a new best) or MAX_RUNS, and records its
+progress in the state directory for `testbed spark status`.
+
+    python -m analysis.warming STATE_DIR URL     # what `spark start` detaches
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+STATE_FILE = "spark-connect-warming.json"
+MAX_RUNS = 12
+PATIENCE = 3  # runs in a row that do not beat the best by IMPROVEMENT
+IMPROVEMENT = 0.95
+# The warm-up run's size here: about 3k events, a small real run's order of
+# magnitude (per-row paths get as hot as a real analysis makes them; a
+# single-message run warmed a 3k-event analysis only part of the way).
+MESSAGES = 230
+
+
+@dataclass(frozen=True)
+class Warming:
+    """The background warm-up's progress: warm-up analyses run so far, the
+    last and best of their wall times, and whether it has finished."""
+
+    pid: int
+    runs: int = 0
+    last_s: float | None = None
+    best_s: float | None = None
+    done: bool = False
+    error: str | None = None
+
+
+def _path(state_dir: Path) -> Path:
+    return state_dir / STATE_FILE
+
+
+def _write(state_dir: Path, warming: Warming) -> None:
+    tmp = _path(state_dir).with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(warming)) + "\n")
+    tmp.replace(_path(state_dir))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read(state_dir: Path) -> Warming | None:
+    """The background warm-up of this state directory's server, if one was
+    started; one whose process died before it finished reads as done, with
+    that as its error."""
+    try:
+        warming = Warming(**json.loads(_path(state_dir).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    if not warming.done and not _alive(warming.pid):
+        return replace(warming, done=True, error="the warm-up process ended before it finished")
+    return warming
+
+
+def detach(state_dir: Path, url: str) -> Warming:
+    """Start the background warm-up in its own session (it outlives the CLI)."""
+    with open(state_dir / "spark-connect-warming.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "analysis.warming", str(state_dir), url],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    warming = Warming(proc.pid)
+    _write(state_dir, warming)
+    return warming
+
+
+def stop(state_dir: Path, wait_s: float = 5.0) -> None:
+    """End a background warm-up still running (its process group, waiting up
+    to `wait_s` for it to go), and forget it."""
+    warming = read(state_dir)
+    if warming is not None and not warming.done:
+        try:
+            os.killpg(warming.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        deadline = time.monotonic() + wait_s
+        while _alive(warming.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    _path(state_dir).unlink(missing_ok=True)
+
+
+def keep_warming(state_dir: Path, url: str) -> Warming:
+    """Run the warm-up analysis until it stops getting faster (see the module doc)."""
+    from analysis import run_analysis
+    from analysis.warmup import warm_up_run
+
+    warming = Warming(os.getpid())
+    stale = 0
+    with tempfile.TemporaryDirectory(prefix="testbed-spark-warming-") as tmp:
+        run = warm_up_run(Path(tmp), MESSAGES)
+        while warming.runs < MAX_RUNS and stale < PATIENCE:
+            began = time.monotonic()
+            try:
+                run_analysis(run, spark_remote=url)
+            except Exception as exc:  # noqa: BLE001 - the server went away: nothing left to warm
+                warming = replace(warming, done=True, error=f"{type(exc).__name__}: {exc}")
+                break
+            took = round(time.monotonic() - began, 3)
+            better = warming.best_s is None or took < IMPROVEMENT * warming.best_s
+            stale = 0 if better else stale + 1
+            warming = replace(warming, runs=warming.runs + 1, last_s=took,
+                              best_s=took if warming.best_s is None else min(took, warming.best_s))
+            _write(state_dir, warming)
+    warming = replace(warming, done=True)
+    _write(state_dir, warming)
+    return warming
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(0)  # unwinds: the temporary run directory is removed
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        keep_warming(Path(sys.argv[1]), sys.argv[2])
+    except SystemExit:
+        # stopped (`spark stop` ends the server next): skip the Connect
+        # client's exit hook, which would retry a gone server for minutes
+        os._exit(0)
