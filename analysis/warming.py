@@ -144,6 +144,8 @@ if __name__ == "__main__":
     try:
         keep_warming(Path(sys.argv[1]), sys.argv[2])
     except SystemExit:
-        # stopped (`spark stop` ends the server next): skip the Connect
-        # client's exit hook, which would retry a gone server for minutes
-        os._exit(0)
+        pass  # stopped: `spark stop` ends the server next
+    # Either way, skip the Connect client's exit hook: with the server gone
+    # (stopped, or the reason the warm-up ended) it retries for minutes.
+    sys.stdout.flush()
+    os._exit(0)
