@@ -51,7 +51,8 @@ def _state_path(state_dir: Path) -> Path:
     return state_dir / STATE_FILE
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -76,7 +77,7 @@ def recorded(state_dir: Path) -> ConnectServer | None:
         server = ConnectServer(**{k: v for k, v in json.loads(path.read_text()).items() if k != "url"})
     except (OSError, ValueError, TypeError):
         return None
-    if not _alive(server.pid):
+    if not pid_alive(server.pid):
         path.unlink(missing_ok=True)
         return None
     return server
@@ -168,7 +169,7 @@ def stop(state_dir: Path) -> ConnectServer | None:
                 if os.waitpid(server.pid, os.WNOHANG)[0]:
                     return server
             except ChildProcessError:  # not our child: started by another testbed process
-                if not _alive(server.pid):
+                if not pid_alive(server.pid):
                     return server
             time.sleep(0.1)
     return server

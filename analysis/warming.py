@@ -25,6 +25,8 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from analysis.connect import pid_alive
+
 STATE_FILE = "spark-connect-warming.json"
 MAX_RUNS = 12
 PATIENCE = 3  # runs in a row that do not beat the best by IMPROVEMENT
@@ -58,16 +60,6 @@ def _write(state_dir: Path, warming: Warming) -> None:
     tmp.replace(_path(state_dir))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read(state_dir: Path) -> Warming | None:
     """The background warm-up of this state directory's server, if one was
     started; one whose process died before it finished reads as done, with
@@ -76,7 +68,7 @@ def read(state_dir: Path) -> Warming | None:
         warming = Warming(**json.loads(_path(state_dir).read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    if not warming.done and not _alive(warming.pid):
+    if not warming.done and not pid_alive(warming.pid):
         return replace(warming, done=True, error="the warm-up process ended before it finished")
     return warming
 
@@ -103,7 +95,7 @@ def stop(state_dir: Path, wait_s: float = 5.0) -> None:
         except (ProcessLookupError, PermissionError):
             pass
         deadline = time.monotonic() + wait_s
-        while _alive(warming.pid) and time.monotonic() < deadline:
+        while pid_alive(warming.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
     _path(state_dir).unlink(missing_ok=True)
 
