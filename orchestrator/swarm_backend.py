@@ -55,7 +55,7 @@ from orchestrator.docker_util import (
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
 from orchestrator.state import StateStore
 from orchestrator.swarm_collect import collect_node
-from orchestrator.swarm_engine import Swarm, Task
+from orchestrator.swarm_engine import Swarm, Task, overlay_subnet
 from orchestrator.swarm_teardown import find, remove
 
 __all__ = ["SwarmBackend"]
@@ -65,6 +65,7 @@ DEFAULT_MEMORY = 256 * 2**20
 STOP_TIMEOUT_S = 10
 TASK_TIMEOUT_S = 120.0  # a task from created to running (image present, loaded box)
 PARALLEL = 8
+START_RETRIES = 2  # a task whose container never started (Task.never_started) is started anew
 
 
 def _safe(name: str) -> str:
@@ -94,7 +95,7 @@ class SwarmBackend(Backend):
         self._resources: dict[str, tuple[int | None, int | None]] = {}
         self._constraints: dict[str, tuple[str, ...]] = {}
         self._deferred: dict[str, NodeConfig] = {}  # first starts waiting for their tc program
-        self._launched: list[str] = []  # deferred starts made, not yet seen running
+        self._launched: list[NodeConfig] = []  # deferred starts made, not yet seen running
         self._tasks: dict[str, Task] = {}
         self._superseded: dict[str, set[str]] = {}  # a node's tasks from before its latest start
 
@@ -153,16 +154,10 @@ class SwarmBackend(Backend):
         return self._network
 
     def subnet(self, wait_s: float = 15.0) -> str:
-        """A new overlay gets its subnet a moment after the create returns."""
-        network, deadline = self._network_obj(), time.monotonic() + wait_s
-        while True:
-            network.reload()
-            pools = (network.attrs.get("IPAM") or {}).get("Config") or []
-            if pools:
-                return pools[0]["Subnet"]
-            if time.monotonic() > deadline:
-                raise TestbedError(f"overlay network {self.network_name} has no subnet after {wait_s:g} s")
-            time.sleep(0.2)
+        subnet = overlay_subnet(self._network_obj(), wait_s)
+        if subnet is None:
+            raise TestbedError(f"overlay network {self.network_name} has no subnet after {wait_s:g} s")
+        return subnet
 
     # ------------------------------------------------------------ shaping
 
@@ -203,7 +198,7 @@ class SwarmBackend(Backend):
         config = self._deferred.pop(node, None)
         if config is not None:
             self._run(config)
-            self._launched.append(node)
+            self._launched.append(config)
         if self._launched and not self._deferred:  # the last one: started means running, as elsewhere
             launched, self._launched = self._launched, []
             self._await_running(launched)
@@ -239,7 +234,7 @@ class SwarmBackend(Backend):
             else:
                 now.append(config)
         bounded(self._run, now, PARALLEL)
-        self._await_running([c.name for c in now])
+        self._await_running(now)
 
     def _run(self, config: NodeConfig) -> None:
         """Create the node's service, or update it for a start after stop or
@@ -291,18 +286,22 @@ class SwarmBackend(Backend):
         except docker.errors.NotFound:
             return None
 
-    def _await_running(self, nodes: Sequence[str], timeout: float = TASK_TIMEOUT_S) -> None:
-        """Wait until each node's newest task runs; a task that failed or was
-        rejected (no such image on that node, a constraint no node meets) is
-        an error naming why."""
-        waiting = set(nodes)
+    def _await_running(self, configs: Sequence[NodeConfig], timeout: float = TASK_TIMEOUT_S) -> None:
+        """Wait until each node's newest task runs. One that never started is
+        started anew; one that failed or was rejected otherwise (no such image
+        on that node, a constraint no node meets) is an error naming why."""
+        waiting, retries = {c.name: c for c in configs}, dict.fromkeys((c.name for c in configs), START_RETRIES)
         deadline = time.monotonic() + timeout
         while waiting:
             for node in sorted(waiting):
                 task = self._latest(node)
                 if task is not None and task.running and task.published_port:
                     self._tasks[node] = task
-                    waiting.discard(node)
+                    del waiting[node]
+                elif task is not None and task.never_started and retries[node]:
+                    retries[node] -= 1
+                    self.reporter.note(f"node {node}: {task.error}; starting its task again")
+                    self._run(waiting[node])
                 elif task is not None and task.finished:
                     hint = " (the image must be on every swarm node: `testbed image distribute` or " \
                            "`testbed image push`, docs/swarm.md)" if "image" in task.error.lower() else ""

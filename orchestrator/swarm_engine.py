@@ -14,6 +14,7 @@ BackendUnavailable (exit 3), naming the node and how to make it reachable.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,27 @@ class Task:
     @property
     def finished(self) -> bool:
         return self.state in ("complete", "shutdown", "failed", "rejected", "orphaned", "remove")
+
+    @property
+    def never_started(self) -> bool:
+        """Failed before its container ran: the daemon could not start it
+        (CI saw "unable to remount dir as readonly ... device or resource
+        busy" on the task's secrets mount), not what the router did."""
+        return self.state in ("failed", "rejected") and self.error.startswith("starting container failed")
+
+
+def overlay_subnet(network: Any, wait_s: float) -> str | None:
+    """A new overlay network's subnet, asked until the manager's allocator
+    has given it one (a moment after the create returns); None after wait_s."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        network.reload()
+        pools = (network.attrs.get("IPAM") or {}).get("Config") or []
+        if pools:
+            return pools[0]["Subnet"]
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
 
 
 def engine_urls() -> dict[str, str]:

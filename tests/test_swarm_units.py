@@ -211,3 +211,37 @@ def test_the_subnet_is_awaited_until_the_manager_allocates_it():
     backend._network.looks, backend._network.attrs = -10**9, {}
     with pytest.raises(swarm_backend.TestbedError, match="gtb-t has no subnet after 0.3 s"):
         backend.subnet(wait_s=0.3)
+
+
+def _task(state: str, error: str = "", port: int | None = None):
+    from orchestrator.swarm_engine import Task  # noqa: PLC0415
+
+    return Task(id=f"t-{state}-{port}", state=state, desired="running", node_id="n", container_id=None,
+                published_port=port, error=error)
+
+
+BUSY = ("starting container failed: unable to remount dir as readonly: mount tmpfs:/var/lib/docker/containers/"
+        "x/mounts/secrets, flags: 0x21, data: uid=0,gid=0: device or resource busy")
+
+
+@pytest.mark.parametrize("fails, started", [(1, True), (2, True), (3, False)])
+def test_a_task_whose_container_never_started_is_started_anew_twice_at_most(fails, started):
+    """CI once lost a run to the daemon failing a task's secrets mount; a
+    task the router itself ended (or a missing image) is not retried."""
+    from orchestrator import swarm_backend  # noqa: PLC0415
+
+    backend = object.__new__(swarm_backend.SwarmBackend)
+    runs, notes = [], []
+    backend._tasks, backend.reporter = {}, type("R", (), {"note": lambda self, text: notes.append(text)})()
+    backend._run = lambda config: runs.append(config.name)
+    backend._latest = lambda node: _task("failed", BUSY) if len(runs) < fails else _task("running", port=4002)
+    config = type("C", (), {"name": "n10"})()
+    if started:
+        backend._await_running([config])
+        assert runs == ["n10"] * fails and backend._tasks["n10"].running and len(notes) == fails
+    else:
+        with pytest.raises(swarm_backend.TestbedError, match="n10: swarm task failed: starting container failed"):
+            backend._await_running([config])
+        assert runs == ["n10"] * swarm_backend.START_RETRIES
+    assert not _task("failed", "task: non-zero exit (1)").never_started
+    assert not _task("rejected", "No such image: gossip-testbed/router").never_started
