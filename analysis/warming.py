@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from analysis.connect import pid_alive
+from orchestrator.atomic import write_atomic
 
 STATE_FILE = "spark-connect-warming.json"
 MAX_RUNS = 12
@@ -55,9 +56,7 @@ def _path(state_dir: Path) -> Path:
 
 
 def _write(state_dir: Path, warming: Warming) -> None:
-    tmp = _path(state_dir).with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(warming)) + "\n")
-    tmp.replace(_path(state_dir))
+    write_atomic(_path(state_dir), json.dumps(asdict(warming)) + "\n")
 
 
 def read(state_dir: Path) -> Warming | None:
