@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from analysis.connect import pid_alive
-from orchestrator.atomic import write_atomic
+from node.atomic import write_atomic
 
 STATE_FILE = "spark-connect-warming.json"
 MAX_RUNS = 12

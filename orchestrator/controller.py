@@ -32,7 +32,7 @@ from typing import Any
 
 from node.config import NodeConfig
 from node.trace_vocab import RunEvent
-from orchestrator.atomic import write_atomic
+from node.atomic import write_atomic
 from orchestrator.backend import Backend, BackendContext, ShapingCapabilities
 from orchestrator.backends import backend_class, make_backend
 from orchestrator.errors import BackendUnavailable, InputError, TeardownIncomplete, TestbedError

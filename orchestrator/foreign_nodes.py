@@ -28,7 +28,7 @@ from typing import Any
 
 from node.identity import peer_id_from_b58
 from node.interop_trace import convert
-from orchestrator.atomic import write_atomic
+from node.atomic import write_atomic
 from orchestrator.backend import Backend, ShapingCapabilities
 from orchestrator.errors import InputError
 from orchestrator.experiment.model import Publish, ResolvedExperiment

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from node.config import LinkShape, NodeConfig
 from node.runtime.client import ControlError
-from orchestrator.atomic import write_atomic
+from node.atomic import write_atomic
 from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.router_cpu import proc_cpu_seconds

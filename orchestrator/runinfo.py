@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.atomic import write_atomic
+from node.atomic import write_atomic
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.foreign import implementation, trace_events
 from orchestrator.peers import peer_ids_b58

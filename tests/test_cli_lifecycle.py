@@ -191,7 +191,7 @@ def test_down_cleans_up_when_a_recorded_config_is_torn(env, tmp_path):
 
 
 def test_write_atomic_never_leaves_a_torn_file(tmp_path, monkeypatch):
-    from orchestrator import atomic
+    from node import atomic
 
     path = tmp_path / "x.json"
     atomic.write_atomic(path, '{"a": 1}', 0o600)

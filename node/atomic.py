@@ -1,4 +1,5 @@
-"""One way to write a file another CLI process will read: to a temporary
+"""One way to write a file another process will read (the CLI's state and
+run records, the analysis server's warm-up state): to a temporary
 file beside it, then rename. A CLI killed half-way (SIGKILL during `up` is a
 case `down` must clean up after) leaves the old file or the new one, never a
 truncated one that the next reader chokes on."""
