@@ -24,7 +24,13 @@ One repetition, N sleeping containers of the router image (docker-init,
 3. check: ping between two containers over the bridge, and an htb qdisc
    with one class on a container's eth0;
 4. remove them all, --workers at a time: `rm -f` (mode rm-f), or SIGKILL
-   all then `rm` (mode kill-rm); delete the bridge and the iptables rule;
+   all then `rm` (mode kill-rm), or SIGKILL every container's init from the
+   host, wait until Docker lists none running, then `rm` (mode sigkill-rm);
+   dockerd's CPU time over the removal is shown too; delete the bridge and the iptables rule;
+   For comparison, mode docker-net does what the project does today: an
+   internal Docker network, a static address each, and the project's own
+   teardown (orchestrator/docker_teardown.py: disconnects one at a time,
+   removal 8 at a time, the network) in place of step 4;
 5. count what is left: labelled containers, endpoints of network "none",
    veths on the host, mounted namespaces under /var/run/docker/netns, our
    bridge, our iptables rule; and how long until the veth count is back.
@@ -39,8 +45,10 @@ left or a check failed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,14 +61,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.docker_network import candidate_subnets  # noqa: E402
-from orchestrator.docker_teardown import bounded  # noqa: E402
+from bench_teardown import _dockerd_cpu_s as dockerd_cpu_s  # noqa: E402
+from orchestrator.docker_network import candidate_subnets, create_network  # noqa: E402
+from orchestrator.docker_teardown import Scope, bounded, teardown  # noqa: E402
 from orchestrator.docker_util import LABEL, LABEL_STATE, LABEL_TESTBED  # noqa: E402
 from orchestrator.image import ensure_image  # noqa: E402
 
 NETNS_DIR = Path("/var/run/docker/netns")
-DOWN_PHASES = ("rm -f", "kill", "wait exited", "rm", "delete bridge + rule")
+DOCKER_NET = "docker-net"
+TODAY = "teardown (today's)"
+DOWN_PHASES = (TODAY, "rm -f", "kill", "SIGKILL inits from host", "wait exited", "rm", "delete bridge + rule")
 SETTLE_S = 10.0  # how long to wait for the kernel to destroy dead namespaces' veths
+MODES = ("rm-f", "kill-rm", "sigkill-rm", DOCKER_NET)
 
 
 @dataclass(frozen=True)
@@ -71,7 +83,7 @@ class Left:
     none_endpoints: int
     veths: int
     netns_mounted: int
-    bridge: bool
+    bridge: bool  # our bridge, or in mode docker-net the Docker network
     iptables_rule: bool
 
     def total(self) -> int:
@@ -147,41 +159,92 @@ def one_rep(client: Any, image: str, nodes: int, workers: int, mode: str, index:
     ips = [next(hosts) for _ in range(nodes)]
     print(f"rep {index} ({mode}): {nodes} containers on {bridge} {subnet}", flush=True)
     try:
-        ids = timed(rep, "create", lambda: bounded(lambda i: client.api.create_container(
-            image, entrypoint=["sleep", "infinity"], name=f"gtb-{testbed}-n{i}", labels=labels,
-            host_config=client.api.create_host_config(init=True, network_mode="none"))["Id"],
-            list(range(nodes)), workers))
-        timed(rep, "start", lambda: bounded(client.api.start, ids, workers))
-        pids = timed(rep, "inspect pids", lambda: bounded(
-            lambda cid: int(client.api.inspect_container(cid)["State"]["Pid"]), ids, workers))
-        host_batch = [f"link add {bridge} type bridge", f"addr add {gateway}/{subnet.prefixlen} dev {bridge}",
-                      f"link set {bridge} up"]
-        for i, pid in enumerate(pids):
-            host_batch += [f"link add gv{tag}{i} type veth peer name eth0 netns {pid}",
-                           f"link set gv{tag}{i} master {bridge} up"]
-        timed(rep, "wire host (1 ip -batch)", lambda: sh(["ip", "-batch", "-"], "\n".join(host_batch) + "\n"))
-        timed(rep, "iptables rule", lambda: sh(rule_argv(bridge, "-I")))
-        timed(rep, "wire netns (nsenter ip -batch each)", lambda: bounded(lambda pair: sh(
-            ["nsenter", "-t", str(pair[0]), "-n", "ip", "-batch", "-"],
-            f"addr add {pair[1]}/{subnet.prefixlen} dev eth0\nlink set eth0 up\n"
-            f"route add default via {gateway}\n"), list(zip(pids, ips, strict=True)), workers))
-        rep.phases["wire per container (serial)"] = serial_wire_cost(pids[0], ips[0], gateway, subnet)
+        if mode == DOCKER_NET:
+            ids, pids, ips, gateway = docker_net_setup(client, rep, image, testbed, labels, nodes, workers)
+        else:
+            ids, pids = own_bridge_setup(client, rep, image, testbed, labels, bridge, tag, subnet, ips, workers)
+            rep.phases["wire per container (serial)"] = serial_wire_cost(pids[0], ips[0], gateway, subnet)
         rep.checks_ok = timed(rep, "checks", lambda: checks(rep, pids, ips))
-        removal(client, rep, ids, workers, mode)
-        timed(rep, "delete bridge + rule", lambda: (sh(["ip", "link", "del", bridge]), sh(rule_argv(bridge, "-D"))))
+        dockerd0 = dockerd_cpu_s()
+        if mode == DOCKER_NET:
+            report = timed(rep, TODAY, lambda: teardown(client, Scope(testbed, state)))
+            rep.notes.extend(f"teardown left: {lf.line()}" for lf in report.left)
+        else:
+            removal(client, rep, ids, pids, workers, mode)
+            timed(rep, "delete bridge + rule", lambda: (sh(["ip", "link", "del", bridge]),
+                                                        sh(rule_argv(bridge, "-D"))))
+        dockerd1 = dockerd_cpu_s()
         rep.phases["down total"] = sum(v for k, v in rep.phases.items() if k in DOWN_PHASES)
+        if dockerd0 is not None and dockerd1 is not None:
+            rep.phases["dockerd CPU during down"] = dockerd1 - dockerd0
+        rep.phases["load1 after down"] = os.getloadavg()[0]
         settle(rep, client, state, base, bridge)
+        if mode == DOCKER_NET and rep.left is not None:
+            rep.left = dataclasses.replace(rep.left, bridge=network_present(client, testbed))
     finally:
         leftovers = [c["Id"] for c in client.api.containers(all=True, filters={"label": f"{LABEL_TESTBED}={testbed}"})]
         for cid in leftovers:
             client.api.remove_container(cid, force=True)
         if leftovers:
             rep.notes.append(f"{len(leftovers)} containers removed by the cleanup")
+        if mode == DOCKER_NET and network_present(client, testbed):
+            rep.notes.append(f"network gtb-{testbed} left")
         for present, argv in ((bridge_present, ["ip", "link", "del", bridge]), (rule_present, rule_argv(bridge, "-D"))):
             if present(bridge):
                 subprocess.run(argv, capture_output=True)
                 rep.notes.append(f"cleanup: {' '.join(argv)}")
     return rep
+
+
+def own_bridge_setup(client: Any, rep: Rep, image: str, testbed: str, labels: dict[str, str], bridge: str,
+                     tag: str, subnet: ipaddress.IPv4Network, ips: list[ipaddress.IPv4Address], workers: int
+                     ) -> tuple[list[str], list[int]]:
+    """Steps 1 and 2 of the module docstring: (container ids, init pids)."""
+    gateway = next(subnet.hosts())
+    ids = timed(rep, "create", lambda: bounded(lambda i: client.api.create_container(
+        image, entrypoint=["sleep", "infinity"], name=f"gtb-{testbed}-n{i}", labels=labels,
+        host_config=client.api.create_host_config(init=True, network_mode="none"))["Id"],
+        list(range(len(ips))), workers))
+    timed(rep, "start", lambda: bounded(client.api.start, ids, workers))
+    pids = timed(rep, "inspect pids", lambda: bounded(
+        lambda cid: int(client.api.inspect_container(cid)["State"]["Pid"]), ids, workers))
+    host_batch = [f"link add {bridge} type bridge", f"addr add {gateway}/{subnet.prefixlen} dev {bridge}",
+                  f"link set {bridge} up"]
+    for i, pid in enumerate(pids):
+        host_batch += [f"link add gv{tag}{i} type veth peer name eth0 netns {pid}",
+                       f"link set gv{tag}{i} master {bridge} up"]
+    timed(rep, "wire host (1 ip -batch)", lambda: sh(["ip", "-batch", "-"], "\n".join(host_batch) + "\n"))
+    timed(rep, "iptables rule", lambda: sh(rule_argv(bridge, "-I")))
+    timed(rep, "wire netns (nsenter ip -batch each)", lambda: bounded(lambda pair: sh(
+        ["nsenter", "-t", str(pair[0]), "-n", "ip", "-batch", "-"],
+        f"addr add {pair[1]}/{subnet.prefixlen} dev eth0\nlink set eth0 up\n"
+        f"route add default via {gateway}\n"), list(zip(pids, ips, strict=True)), workers))
+    return ids, pids
+
+
+def docker_net_setup(client: Any, rep: Rep, image: str, testbed: str, labels: dict[str, str], nodes: int,
+                     workers: int) -> tuple[list[str], list[int], list[ipaddress.IPv4Address], ipaddress.IPv4Address]:
+    """What the project does today, for comparison: an internal Docker bridge
+    network and a static address per container. (ids, pids, ips, gateway)"""
+    network, subnet, gateway = timed(rep, "create network", lambda: create_network(
+        client, f"gtb-{testbed}", nodes, testbed, labels))
+    hosts = subnet.hosts()
+    next(hosts)
+    ips = [next(hosts) for _ in range(nodes)]
+    api = client.api
+    ids = timed(rep, "create", lambda: bounded(lambda i: api.create_container(
+        image, entrypoint=["sleep", "infinity"], name=f"gtb-{testbed}-n{i}", labels=labels,
+        host_config=api.create_host_config(init=True, network_mode=network.name),
+        networking_config=api.create_networking_config({network.name: api.create_endpoint_config(
+            ipv4_address=str(ips[i]))}))["Id"], list(range(nodes)), workers))
+    timed(rep, "start", lambda: bounded(api.start, ids, workers))
+    pids = timed(rep, "inspect pids", lambda: bounded(
+        lambda cid: int(api.inspect_container(cid)["State"]["Pid"]), ids, workers))
+    return ids, pids, ips, ipaddress.IPv4Address(gateway)
+
+
+def network_present(client: Any, testbed: str) -> bool:
+    return bool(client.api.networks(names=[f"gtb-{testbed}"]))
 
 
 def serial_wire_cost(pid: int, ip: ipaddress.IPv4Address, gateway: ipaddress.IPv4Address,
@@ -218,9 +281,20 @@ def checks(rep: Rep, pids: list[int], ips: list[ipaddress.IPv4Address]) -> bool:
     return ok
 
 
-def removal(client: Any, rep: Rep, ids: list[str], workers: int, mode: str) -> None:
+def wait_exited(client: Any, ids: list[str]) -> None:
+    """Until Docker lists none of `ids` as running: one listing per poll."""
+    want = set(ids)
+    while any(c["Id"] in want for c in client.api.containers(filters={"status": "running"})):
+        time.sleep(0.05)
+
+
+def removal(client: Any, rep: Rep, ids: list[str], pids: list[int], workers: int, mode: str) -> None:
     if mode == "rm-f":
         timed(rep, "rm -f", lambda: bounded(lambda cid: client.api.remove_container(cid, force=True), ids, workers))
+    elif mode == "sigkill-rm":
+        timed(rep, "SIGKILL inits from host", lambda: [os.kill(pid, signal.SIGKILL) for pid in pids])
+        timed(rep, "wait exited", lambda: wait_exited(client, ids))
+        timed(rep, "rm", lambda: bounded(client.api.remove_container, ids, workers))
     elif mode == "kill-rm":
         timed(rep, "kill", lambda: bounded(lambda cid: client.api.kill(cid), ids, workers))
         timed(rep, "wait exited", lambda: bounded(lambda cid: client.api.wait(cid, timeout=60), ids, workers))
@@ -264,8 +338,8 @@ def main() -> int:
         print("error: wiring veths into containers' namespaces needs root", file=sys.stderr)
         return 2
     modes = args.modes.split(",")
-    if args.nodes < 2 or args.workers < 1 or any(m not in ("rm-f", "kill-rm") for m in modes):
-        print("error: --nodes >= 2, --workers >= 1, --modes of rm-f and kill-rm", file=sys.stderr)
+    if args.nodes < 2 or args.workers < 1 or any(m not in MODES for m in modes):
+        print("error: --nodes >= 2, --workers >= 1, --modes of " + ", ".join(MODES), file=sys.stderr)
         return 2
     image, client = ensure_image(), docker.from_env(timeout=300)
     reps = []
@@ -284,7 +358,7 @@ def main() -> int:
 def print_table(reps: list[Rep], nodes: int, workers: int) -> None:
     phases = list(dict.fromkeys(k for r in reps for k in r.phases))
     width = max(len(p) for p in phases + ["veths gone after (s)"])
-    print(f"\n{nodes} containers, {workers} workers, network none + own bridge; seconds")
+    print(f"\n{nodes} containers, {workers} workers, a column per repetition; seconds")
     print(f"{'phase':<{width}} " + " ".join(f"{f'{i}:{r.mode}':>10}" for i, r in enumerate(reps)))
     for phase in phases:
         cells = [f"{r.phases[phase]:.3f}" if phase in r.phases else "-" for r in reps]
