@@ -99,7 +99,8 @@ class Rep:
     phases: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     checks_ok: bool = False
-    left: Left | None = None
+    left: Left | None = None  # right after down
+    settled: Left | None = None  # after the veths were given SETTLE_S to go
     veth_settle_s: float | None = None
 
 
@@ -323,7 +324,7 @@ def settle(rep: Rep, client: Any, state: str, base: tuple[int, int, int], bridge
         time.sleep(0.05)
     if veth_count() <= base[1]:
         rep.veth_settle_s = time.monotonic() - t0
-    rep.notes.append(f"after settle: {leftover(client, state, base, bridge)}")
+    rep.settled = leftover(client, state, base, bridge)
 
 
 def main() -> int:
@@ -347,11 +348,11 @@ def main() -> int:
         for index, mode in enumerate(modes):
             rep = one_rep(client, image, args.nodes, args.workers, mode, index, state)
             reps.append(rep)
-            print(f"  left: {rep.left}; veths gone after {rep.veth_settle_s} s; checks "
+            print(f"  left: {rep.left}; after {SETTLE_S:g} s at most: {rep.settled}; veths gone after "
+                  f"{rep.veth_settle_s} s; checks "
                   f"{'ok' if rep.checks_ok else 'FAILED'}" + "".join(f"\n  note: {n}" for n in rep.notes), flush=True)
     print_table(reps, args.nodes, args.workers)
-    clean = all(r.checks_ok and r.left is not None and r.left.total() == 0 and r.veth_settle_s is not None
-                for r in reps)
+    clean = all(r.checks_ok and r.settled is not None and r.settled.total() == 0 for r in reps)
     return 0 if clean else 1
 
 
@@ -365,8 +366,9 @@ def print_table(reps: list[Rep], nodes: int, workers: int) -> None:
         print(f"{phase:<{width}} " + " ".join(f"{c:>10}" for c in cells))
     print(f"{'veths gone after (s)':<{width}} " + " ".join(
         f"{(f'{r.veth_settle_s:.2f}' if r.veth_settle_s is not None else 'never'):>10}" for r in reps))
-    print(f"{'left right after down':<{width}} " + " ".join(
-        f"{(r.left.total() if r.left else '?'):>10}" for r in reps))
+    for title, attr in (("left right after down", "left"), ("left after settling", "settled")):
+        print(f"{title:<{width}} " + " ".join(
+            f"{(getattr(r, attr).total() if getattr(r, attr) else '?'):>10}" for r in reps))
 
 
 if __name__ == "__main__":
