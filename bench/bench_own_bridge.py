@@ -48,6 +48,7 @@ import argparse
 import dataclasses
 import ipaddress
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -101,6 +102,7 @@ class Rep:
     checks_ok: bool = False
     left: Left | None = None  # right after down
     settled: Left | None = None  # after the veths were given SETTLE_S to go
+    none_count: tuple[str, str] = ("?", "?")  # network none's stored endpoint count before, after
     veth_settle_s: float | None = None
 
 
@@ -127,6 +129,21 @@ def none_endpoints(client: Any) -> int:
     return len(client.api.inspect_network("none").get("Containers") or {})
 
 
+def none_store_count(client: Any) -> str:
+    """The endpoint count libnetwork keeps for network "none" in its bolt
+    store (what `network rm` would check; "none" itself is never removed),
+    read from the file's bytes (libkv puts an 8-byte index before the
+    value): every copy found, stale pages included."""
+    path = Path(client.info()["DockerRootDir"]) / "network/files/local-kv.db"
+    net_id = client.api.inspect_network("none")["Id"]
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    found = re.findall(rb"endpoint_count/" + net_id.encode() + rb'/.{8}\{"Count":(\d+)\}', raw, re.DOTALL)
+    return "/".join(n.decode() for n in found) or "none found"
+
+
 def rule_argv(bridge: str, op: str) -> list[str]:
     return ["iptables", "-w", op, "DOCKER-USER", "-i", bridge, "-o", bridge, "-j", "ACCEPT"]
 
@@ -150,6 +167,7 @@ def timed(rep: Rep, phase: str, fn: Callable[[], Any]) -> Any:
 def one_rep(client: Any, image: str, nodes: int, workers: int, mode: str, index: int, state: str) -> Rep:
     rep = Rep(mode)
     base = (none_endpoints(client), veth_count(), netns_mounted())
+    count_before = none_store_count(client)
     testbed = f"ownbr{index}-{os.getpid()}"
     tag = f"{zlib.crc32(testbed.encode()):08x}"[:6]
     bridge = f"gtb{tag}"
@@ -180,6 +198,7 @@ def one_rep(client: Any, image: str, nodes: int, workers: int, mode: str, index:
             rep.phases["dockerd CPU during down"] = dockerd1 - dockerd0
         rep.phases["load1 after down"] = os.getloadavg()[0]
         settle(rep, client, state, base, bridge)
+        rep.none_count = (count_before, none_store_count(client))
         if mode == DOCKER_NET and rep.left is not None:
             rep.left = dataclasses.replace(rep.left, bridge=network_present(client, testbed))
     finally:
@@ -366,6 +385,8 @@ def print_table(reps: list[Rep], nodes: int, workers: int) -> None:
         print(f"{phase:<{width}} " + " ".join(f"{c:>10}" for c in cells))
     print(f"{'veths gone after (s)':<{width}} " + " ".join(
         f"{(f'{r.veth_settle_s:.2f}' if r.veth_settle_s is not None else 'never'):>10}" for r in reps))
+    print(f"{'none endpoint_count before':<{width}} " + " ".join(f"{r.none_count[0]:>10}" for r in reps))
+    print(f"{'none endpoint_count after':<{width}} " + " ".join(f"{r.none_count[1]:>10}" for r in reps))
     for title, attr in (("left right after down", "left"), ("left after settling", "settled")):
         print(f"{title:<{width}} " + " ".join(
             f"{(getattr(r, attr).total() if getattr(r, attr) else '?'):>10}" for r in reps))
