@@ -26,11 +26,12 @@ One repetition, N sleeping containers of the router image (docker-init,
 4. remove them all, --workers at a time: `rm -f` (mode rm-f), or SIGKILL
    all then `rm` (mode kill-rm), or SIGKILL every container's init from the
    host, wait until Docker lists none running, then `rm` (mode sigkill-rm);
-   dockerd's CPU time over the removal is shown too; delete the bridge and the iptables rule;
-   For comparison, mode docker-net does what the project does today: an
-   internal Docker network, a static address each, and the project's own
-   teardown (orchestrator/docker_teardown.py: disconnects one at a time,
-   removal 8 at a time, the network) in place of step 4;
+   then delete the bridge and the iptables rule; dockerd's CPU time over
+   all of it is shown too. For comparison, mode docker-net does what the
+   project does today in place of steps 2 and 4: an internal Docker network,
+   a static address each, and the project's own teardown
+   (orchestrator/docker_teardown.py: disconnects one at a time, removal 8 at
+   a time, the network);
 5. count what is left: labelled containers, endpoints of network "none",
    veths on the host, mounted namespaces under /var/run/docker/netns, our
    bridge, our iptables rule; and how long until the veth count is back.
@@ -62,7 +63,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_teardown import _dockerd_cpu_s as dockerd_cpu_s  # noqa: E402
+from bench_teardown import dockerd_cpu_s  # noqa: E402
 from orchestrator.docker_network import candidate_subnets, create_network  # noqa: E402
 from orchestrator.docker_teardown import Scope, bounded, teardown  # noqa: E402
 from orchestrator.docker_util import LABEL, LABEL_STATE, LABEL_TESTBED  # noqa: E402
@@ -176,7 +177,8 @@ def one_rep(client: Any, image: str, nodes: int, workers: int, mode: str, index:
     hosts = subnet.hosts()
     gateway = next(hosts)
     ips = [next(hosts) for _ in range(nodes)]
-    print(f"rep {index} ({mode}): {nodes} containers on {bridge} {subnet}", flush=True)
+    where = f"Docker network gtb-{testbed}" if mode == DOCKER_NET else f"{bridge} {subnet}"
+    print(f"rep {index} ({mode}): {nodes} containers on {where}", flush=True)
     try:
         if mode == DOCKER_NET:
             ids, pids, ips, gateway = docker_net_setup(client, rep, image, testbed, labels, nodes, workers)
