@@ -115,7 +115,7 @@ def readiness_bench(nodes: int, tries: int, quiet: bool) -> int:
     return 0 if ok else 1
 
 
-def _dockerd_cpu_s() -> float | None:
+def dockerd_cpu_s() -> float | None:
     """dockerd's user+system CPU seconds so far (None: not visible from here)."""
     pid = subprocess.run(["pidof", "dockerd"], capture_output=True, text=True).stdout.split()
     try:
@@ -146,9 +146,9 @@ def down_bench(nodes: int, tries: int, quiet: bool) -> int:
                 subprocess.run([str(TESTBED), "down", "--all"], env=env, capture_output=True, timeout=600)
                 print(f"try {index}: `testbed up` failed (exit {up.returncode}):\n{up.stderr}", file=sys.stderr)
                 return 1
-            cpu0, dockerd0, t0 = _children_cpu_s(), _dockerd_cpu_s(), time.monotonic()
+            cpu0, dockerd0, t0 = _children_cpu_s(), dockerd_cpu_s(), time.monotonic()
             down = subprocess.run([str(TESTBED), "down", name], env=env, capture_output=True, text=True, timeout=600)
-            wall, cpu, dockerd1 = time.monotonic() - t0, _children_cpu_s() - cpu0, _dockerd_cpu_s()
+            wall, cpu, dockerd1 = time.monotonic() - t0, _children_cpu_s() - cpu0, dockerd_cpu_s()
             left = {**labelled(state), "records": records(state)}
             row = {"try": index, "rc": down.returncode, "wall_s": round(wall, 2), "cli_cpu_s": round(cpu, 2),
                    "dockerd_cpu_s": round(dockerd1 - dockerd0, 2) if dockerd0 is not None and dockerd1 else None,
@@ -188,9 +188,9 @@ def endpoints_bench(image: str, nodes: int, workers: int, tries: int) -> int:
                 image, entrypoint=["sleep", "infinity"], name=f"gtb-{testbed}-n{i}", labels=labels,
                 host_config=client.api.create_host_config(init=True, network_mode=net.name))["Id"], list(range(nodes)))
             bounded(client.api.start, ids)
-            cpu0, t0 = _dockerd_cpu_s(), time.monotonic()
+            cpu0, t0 = dockerd_cpu_s(), time.monotonic()
             bounded(lambda cid: client.api.disconnect_container_from_network(cid, net.id), ids, workers)
-            wall, dockerd1 = time.monotonic() - t0, _dockerd_cpu_s()
+            wall, dockerd1 = time.monotonic() - t0, dockerd_cpu_s()
             net.reload()
             listed = len(net.attrs.get("Containers") or {})
             left = teardown(client, Scope(testbed, state)).left
