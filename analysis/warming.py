@@ -8,13 +8,16 @@ hot: a 3k-event analysis costs the server several times more CPU on its
 second run than on its tenth). Those runs are not worth making the user wait
 for, so a detached process runs the warm-up analysis again until its time
 stops falling (PATIENCE runs without a new best) or MAX_RUNS, and records its
-progress in the state directory for `testbed spark status`.
+progress in the state directory for `testbed spark status`. It starts no
+run while a real analysis through the server is going on (`analysing`): the
+two would share the server and the cores, and the user's is the one waited for.
 
     python -m analysis.warming STATE_DIR URL     # what `spark start` detaches
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -22,13 +25,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Iterator
 
 from analysis.connect import pid_alive
 from node.atomic import write_atomic
 
 STATE_FILE = "spark-connect-warming.json"
+BUSY_FILE = "spark-connect-busy.lock"  # shared-locked by every analysis through the server
 MAX_RUNS = 12
 PATIENCE = 3  # runs in a row that do not beat the best by IMPROVEMENT
 IMPROVEMENT = 0.95
@@ -57,6 +63,21 @@ def _path(state_dir: Path) -> Path:
 
 def _write(state_dir: Path, warming: Warming) -> None:
     write_atomic(_path(state_dir), json.dumps(asdict(warming)) + "\n")
+
+
+@contextmanager
+def analysing(state_dir: Path) -> Iterator[None]:
+    """Held around an analysis through this state directory's server: the
+    background warm-up waits for every such analysis to end before it starts
+    its next run (any number of analyses hold it at once)."""
+    with open(state_dir / BUSY_FILE, "a") as busy:
+        fcntl.flock(busy, fcntl.LOCK_SH)
+        yield
+
+
+def _wait_for_analyses(state_dir: Path) -> None:
+    with open(state_dir / BUSY_FILE, "a") as busy:
+        fcntl.flock(busy, fcntl.LOCK_EX)
 
 
 def read(state_dir: Path) -> Warming | None:
@@ -109,6 +130,7 @@ def keep_warming(state_dir: Path, url: str) -> Warming:
     with tempfile.TemporaryDirectory(prefix="testbed-spark-warming-") as tmp:
         run = warm_up_run(Path(tmp), MESSAGES)
         while warming.runs < MAX_RUNS and stale < PATIENCE:
+            _wait_for_analyses(state_dir)
             began = time.monotonic()
             try:
                 run_analysis(run, spark_remote=url)

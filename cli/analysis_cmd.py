@@ -103,7 +103,7 @@ def analyze(
     from analysis.assertions import validate_assertion
     from analysis.integrity import strict_traces_option
     from analysis.rundir import open_run_dir
-    from cli.spark_cmd import spark_endpoint
+    from cli.spark_cmd import analysis_endpoint
 
     run = open_run_dir(run_dir, traces)  # bad input fails before Spark starts
     cli_asserts = list(asserts or [])
@@ -112,7 +112,7 @@ def analyze(
 
     started = time.monotonic()
     quiet = as_json or not console.is_terminal
-    with Progress(
+    with analysis_endpoint(spark_master, spark_remote) as remote, Progress(
         SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
         console=err_console, transient=True, disable=quiet,
     ) as progress:
@@ -126,7 +126,7 @@ def analyze(
 
         summary = run_analysis(
             run_dir, spark_master=spark_master, traces=traces, progress=on_progress,
-            spark_remote=spark_endpoint(spark_master, spark_remote),
+            spark_remote=remote,
         )
     elapsed = time.monotonic() - started
 
@@ -189,15 +189,14 @@ def report(
 ) -> None:
     """Write one self-contained HTML report (inline SVG charts, works offline) for one or several runs."""
     from analysis import write_report
-    from cli.spark_cmd import spark_endpoint
+    from cli.spark_cmd import analysis_endpoint
 
     if not run_dirs:
         raise InputError("give at least one run directory")
     if output is None:
         output = run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html")
-    path = write_report(
-        run_dirs, output, spark_master=spark_master, spark_remote=spark_endpoint(spark_master, spark_remote)
-    )
+    with analysis_endpoint(spark_master, spark_remote) as remote:
+        path = write_report(run_dirs, output, spark_master=spark_master, spark_remote=remote)
     console.print(f"report written to {path}")
 
 

@@ -110,23 +110,24 @@ def finish_runs(plan: Plan, spark_master: str | None = None) -> Outcome:
     """Analyse every run and write the reports (plus a comparison for
     variants); prints nothing but progress on stderr."""
     from analysis import run_analysis, write_report  # noqa: PLC0415 - Spark only when a run is analysed
-    from cli.spark_cmd import spark_endpoint  # noqa: PLC0415
+    from cli.spark_cmd import analysis_endpoint  # noqa: PLC0415
 
-    remote = spark_endpoint(spark_master, None)
     run_dirs = [r.run_dir for r in plan.runs]
     damaged: list[str] = []
     results: dict[str, list[dict[str, Any]]] = {}
     reports: list[str] = []
     try:
-        for run_dir in run_dirs:
-            with err.status(f"analysing {run_dir} with Spark", spinner="dots"):
-                summary = run_analysis(run_dir, spark_master=spark_master, spark_remote=remote)
-                reports.append(str(write_report([run_dir], run_dir / "report.html", spark_master, remote)))
-            results[str(run_dir)] = summary.get("expectations", [])
-            damaged += (summary.get("trace_integrity") or {}).get("damaged_nodes") or []
-        if plan.comparison_dir is not None:
-            with err.status("writing the comparison report", spinner="dots"):
-                reports.append(str(write_report(run_dirs, plan.comparison_dir / "report.html", spark_master, remote)))
+        with analysis_endpoint(spark_master, None) as remote:
+            for run_dir in run_dirs:
+                with err.status(f"analysing {run_dir} with Spark", spinner="dots"):
+                    summary = run_analysis(run_dir, spark_master=spark_master, spark_remote=remote)
+                    reports.append(str(write_report([run_dir], run_dir / "report.html", spark_master, remote)))
+                results[str(run_dir)] = summary.get("expectations", [])
+                damaged += (summary.get("trace_integrity") or {}).get("damaged_nodes") or []
+            if plan.comparison_dir is not None:
+                with err.status("writing the comparison report", spinner="dots"):
+                    comparison = write_report(run_dirs, plan.comparison_dir / "report.html", spark_master, remote)
+                    reports.append(str(comparison))
     except BackendUnavailable as exc:
         return Outcome(reports, results, str(exc), unchecked=any(r.resolved.expectations for r in plan.runs))
     strict = any(r.resolved.strict_traces for r in plan.runs)

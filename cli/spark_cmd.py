@@ -1,12 +1,15 @@
 """`testbed spark start|stop|status`: a local Spark Connect server
 (analysis/connect.py) so that repeated analyses skip the JVM start; and the
-one rule for which Spark an analysis uses (`spark_endpoint`)."""
+one rule for which Spark an analysis uses (`spark_endpoint`, held for the
+analysis' duration with `analysis_endpoint`)."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 import typer
 from rich.console import Console
@@ -34,6 +37,23 @@ def spark_endpoint(spark_master: str | None, spark_remote: str | None) -> str | 
 
     server = running(state_dir())
     return server.url if server is not None else None
+
+
+@contextmanager
+def analysis_endpoint(spark_master: str | None, spark_remote: str | None) -> Iterator[str | None]:
+    """`spark_endpoint`'s URL for the duration of an analysis; while it is
+    the server `testbed spark start` left running, that server's background
+    warm-up starts no run of its own (analysis/warming.py)."""
+    from analysis.connect import running
+    from analysis.warming import analysing
+
+    url = spark_endpoint(spark_master, spark_remote)
+    server = running(state_dir()) if url is not None else None
+    if server is None or server.url != url:
+        yield url
+        return
+    with analysing(state_dir()):
+        yield url
 
 
 def _table(server, title: str) -> Table:

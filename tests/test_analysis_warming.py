@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 
 import pytest
@@ -42,6 +43,17 @@ def test_keep_warming_against_no_server_stops_at_once_and_says_why(tmp_path):
     assert done.done and done.runs == 0 and "no Spark Connect server answers" in done.error
     assert warming.read(tmp_path) == done
     assert done.pid == os.getpid()
+
+
+def test_keep_warming_starts_no_run_while_an_analysis_holds_the_server(tmp_path):
+    finished = threading.Event()
+    warm_up = threading.Thread(target=lambda: (warming.keep_warming(tmp_path, "sc://127.0.0.1:1"), finished.set()))
+    with warming.analysing(tmp_path), warming.analysing(tmp_path):  # two analyses at once
+        warm_up.start()
+        assert not finished.wait(2.0)
+        assert warming.read(tmp_path) is None  # not one run recorded
+    assert finished.wait(60)
+    assert "no Spark Connect server answers" in warming.read(tmp_path).error
 
 
 def test_no_warm_up_reads_as_none(tmp_path):
