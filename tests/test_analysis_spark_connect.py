@@ -26,6 +26,17 @@ def cli(*argv: str, state: Path, timeout: float = 600) -> subprocess.CompletedPr
                           stdin=subprocess.DEVNULL)
 
 
+def session_conf(url: str, key: str) -> str:
+    """A conf value of the server-side session `url` names, read by a client of
+    its own (a new process: the Connect client's exit hook is skipped)."""
+    code = ("import os, sys; from pyspark.sql import SparkSession; "
+            f"print(SparkSession.builder.remote({url!r}).getOrCreate().conf.get({key!r})); "
+            "sys.stdout.flush(); os._exit(0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
 def copy_run(tmp_path: Path) -> Path:
     run = tmp_path / "ci"
     shutil.copytree(CI_RUN, run, ignore=shutil.ignore_patterns("*.before.json"))
@@ -73,6 +84,8 @@ def test_a_running_server_serves_analyze(tmp_path):
         for key in ("messages", "expected_deliveries", "deliveries", "delivery_ratio", "latency_ms", "duplicates",
                     "mesh_degree", "control"):
             assert summary[key] == before[key], key
+        assert ";session_id=" in server["url"]  # every analysis shares one server-side session:
+        assert session_conf(server["url"], "spark.sql.codegen.factoryMode") == "NO_CODEGEN"  # the one analyze set
     finally:
         stopped = cli("spark", "stop", "--json", state=state)
     assert stopped.returncode == 0
