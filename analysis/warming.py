@@ -118,6 +118,7 @@ def stop(state_dir: Path, wait_s: float = 5.0) -> None:
         while pid_alive(warming.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
     _path(state_dir).unlink(missing_ok=True)
+    (state_dir / BUSY_FILE).unlink(missing_ok=True)
 
 
 def keep_warming(state_dir: Path, url: str) -> Warming:

@@ -92,5 +92,6 @@ def test_a_running_server_serves_analyze(tmp_path):
     assert json.loads(stopped.stdout)["stopped"]["pid"] == server["pid"]
     assert cli("spark", "status", state=state).returncode == 3
     assert not (state / "spark-connect-warming.json").exists()
+    assert not (state / "spark-connect-busy.lock").exists()  # analyze held it; stop leaves nothing behind
     with pytest.raises(ProcessLookupError):  # stop ended the background warm-up too
         os.kill(warming["pid"], 0)
