@@ -153,13 +153,16 @@ def _tree(pids: list[int]) -> dict[int, tuple[int, float]]:
 
 
 class PeakRss:
-    """Peak RSS of this process and all its descendants (and of `extra` process
-    trees, e.g. a Connect server), and the CPU seconds they spent meanwhile
-    (each process's last sample, less what it had spent before), sampled
-    every 100 ms."""
+    """Peak RSS of this process's descendants, of this process too when
+    `itself` (what runs in it is measured), and of `extra` process trees (e.g.
+    a Connect server); and the CPU seconds they spent meanwhile (each
+    process's last sample, less what it had spent before), sampled every 100
+    ms. A command in a subprocess is measured without this process: the
+    baseline's memory, which this process keeps, is not the command's."""
 
-    def __init__(self, extra: list[int] | None = None) -> None:
+    def __init__(self, extra: list[int] | None = None, itself: bool = True) -> None:
         self.pids = [os.getpid(), *(extra or [])]
+        self.skip = set() if itself else {os.getpid()}
         self.peak = 0
         self._before = {p: cpu for p, (_, cpu) in _tree(self.pids).items()}
         self._cpu: dict[int, float] = {}
@@ -171,7 +174,7 @@ class PeakRss:
         return sum(c - self._before.get(p, 0.0) for p, c in self._cpu.items())
 
     def _sample(self) -> None:
-        tree = _tree(self.pids)
+        tree = {p: v for p, v in _tree(self.pids).items() if p not in self.skip}
         self.peak = max(self.peak, sum(rss for rss, _ in tree.values()))
         self._cpu.update({p: cpu for p, (_, cpu) in tree.items()})
 
@@ -251,7 +254,7 @@ class Timing:
 
 def timed(argv: list[str], env: dict[str, str], server: int | None = None) -> Timing:
     """Run one command; its Timing (the Connect server's tree counted too when given)."""
-    with PeakRss([server] if server else None) as mem:
+    with PeakRss([server] if server else None, itself=False) as mem:
         t = time.monotonic()
         out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
         wall = time.monotonic() - t
