@@ -80,16 +80,12 @@ def java_available() -> bool:
 
 
 def _driver_memory() -> str:
-    """A sixth of the machine, between 1 and 8 GiB. The JVM grows its heap
-    towards this cap whether it needs to or not: on a 24 GiB host a 10M-event
-    analysis through the Connect server peaked at 4.55 GiB (everything: CLI,
-    decoding workers, server) with a 6 GiB cap, 3.04 GiB with 3 or 4 GiB,
-    for 19.5 against 21.2-21.6 s (bench/bench_analysis.py, 2026-11-26)."""
+    """A quarter of the machine, between 1 and 8 GiB."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):  # pragma: no cover
-        total = 6 << 30
-    gib = max(1, min(8, total // (6 << 30)))
+        total = 8 << 30
+    gib = max(1, min(8, total // (4 << 30)))
     return f"{gib}g"
 
 
