@@ -3,8 +3,9 @@ data: a bare Spark start (a new process: SparkSession + one count), `testbed
 analyze` cold (a new process starting its own JVM), `testbed analyze` warm
 through a Spark Connect server (`testbed spark start`, run after the first
 size's cold analysis so that its background warm-up never competes with a
-cold one; the second of two analyses; when the server's background warm-up was still running then, that
-one is "just started" and it is measured again once the warm-up is done),
+cold one; the second of two analyses; when the server's background warm-up
+was still running then, that one is "just started" and it is measured again
+once the warm-up is done),
 and a plain single-process pandas/pyarrow baseline computing the same
 headline figures, checked to agree. For each size: a synthetic run
 directory with N trace events; wall time and peak RSS of the whole process
