@@ -76,11 +76,13 @@ def start(
     warm: bool = typer.Option(
         True, "--warm-up/--no-warm-up",
         help="Before returning, have a new server analyse a tiny run, so that the first real analysis is warm; "
-        "then keep warming it in the background (`testbed spark status` says when that is done).",
+        "then keep warming it in the background, pausing while an analysis runs (`testbed spark status` says when "
+        "that is done).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the server as JSON."),
 ) -> None:
-    """Start the server (or show the one already up), wait until it listens and warm it up."""
+    """Start the server (or show the one already up), wait until it listens and warm it up. Analyses through it
+    share one server-side session, named in its URL."""
     from analysis.connect import recorded
     from analysis.connect import start as start_server
 
