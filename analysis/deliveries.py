@@ -1,8 +1,12 @@
-"""The stages that read the deliveries table, run on the driver with numpy.
+"""The stages that build and read the deliveries table, run on the driver
+with numpy.
 
 Why here and not in Spark: the deliveries table (one row per expected
 recipient of a message: docs/metrics.md) comes to the driver once anyway, as
-Arrow, to be written to deliveries.parquet. Every figure computed from it (the
+Arrow, to be written to deliveries.parquet, and what it is built from (the
+messages, the subscription and up/down intervals, each node's first
+deliveries) is there too. Building it (`expected_recipients`,
+`with_first_deliveries`) and every figure computed from it (the
 lower bound and stretch, per message, the delivery time series, per node, the
 latency distribution, messages still in flight) is a sort or a group-by over
 those rows; done in Spark each was one more job with its own shuffle, which
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 NS = 1_000_000_000
 
@@ -65,6 +70,104 @@ def spark_percentiles(groups: np.ndarray, values: np.ndarray, n_groups: int, ps:
         hk = v[base + hi.astype(np.int64)]
         out[has, j] = np.where((hi == lo) | (hk == lk), lk, lk + (hk - lk) * (pos - lo))
     return out
+
+
+def expected_recipients(
+    msgs: pd.DataFrame, subscriptions: list[tuple[str, str, int, int]], down: list[tuple[str, int, int]]
+) -> pa.Table:
+    """(msg, topic, node, publish_ts), one row per expected recipient of a
+    message (`msgs`: msg, publish_ts, topic, publishers): a node subscribed
+    to its topic at its publish time (`subscriptions`: node, topic, start,
+    end, start included), not one of its publishers, and not down then
+    (`down`: node, start, end). A message without a topic has none.
+
+    Each subscription interval takes the run of its topic's messages
+    (sorted by publish time) that falls inside it, so the work is the size
+    of the answer; each down interval removes a run of its node's rows."""
+    pub_ts = msgs["publish_ts"].to_numpy(dtype=np.int64)
+    topic = msgs["topic"].to_numpy(dtype=object)
+    nodes = sorted({sub[0] for sub in subscriptions})
+    node_of = {name: i for i, name in enumerate(nodes)}
+    msg_parts, node_parts = [], []
+    by_topic: dict[str, list[tuple[int, int, int]]] = {}
+    for node, top, start, end in subscriptions:
+        by_topic.setdefault(top, []).append((node_of[node], start, end))
+    for top, subs in by_topic.items():
+        of_topic = np.flatnonzero(topic == top) if top is not None else np.empty(0, dtype=np.int64)
+        of_topic = of_topic[np.argsort(pub_ts[of_topic], kind="stable")]
+        ts = pub_ts[of_topic]
+        node_ix, start, end = (np.array(col, dtype=np.int64) for col in zip(*subs))
+        lo = np.searchsorted(ts, start, side="left")
+        hi = np.searchsorted(ts, end, side="left")
+        counts = np.maximum(hi - lo, 0)
+        first = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
+        msg_parts.append(of_topic[first])
+        node_parts.append(np.repeat(node_ix, counts))
+    width = max(len(nodes), 1)
+    pairs = [m * width + n for m, n in zip(msg_parts, node_parts)]
+    key = np.sort(np.concatenate(pairs)) if pairs else np.empty(0, dtype=np.int64)
+    # one row per (message, node), whatever the subscription intervals (np.unique
+    # hashes: several times slower than a sort at a million rows)
+    key = key[np.append(True, key[1:] != key[:-1])] if len(key) else key
+    publisher_keys = [
+        m * width + node_of[p]
+        for m, pubs in enumerate(msgs["publishers"]) for p in (pubs if pubs is not None else ()) if p in node_of
+    ]
+    key = key[~np.isin(key, np.array(publisher_keys, dtype=np.int64))]
+    msg_ix, node_ix = key // width, key % width
+    if down and len(key):
+        order = np.lexsort((pub_ts[msg_ix], node_ix))
+        msg_ix, node_ix = msg_ix[order], node_ix[order]
+        ts = pub_ts[msg_ix]
+        keep = np.ones(len(msg_ix), dtype=bool)
+        node_start = np.searchsorted(node_ix, np.arange(width + 1), side="left")
+        for node, start, end in down:
+            if node in node_of:
+                a, b = node_start[node_of[node]], node_start[node_of[node] + 1]
+                lo, hi = np.searchsorted(ts[a:b], [start, end], side="left")
+                keep[a + lo:a + hi] = False
+        msg_ix, node_ix = msg_ix[keep], node_ix[keep]
+    msg_rows = pa.array(msg_ix)
+    return pa.table(
+        {
+            "msg": pa.array(msgs["msg"], pa.string()).take(msg_rows),
+            "topic": pa.array(msgs["topic"], pa.string()).take(msg_rows),
+            "node": pa.array(nodes, pa.string()).take(pa.array(node_ix)),
+            "publish_ts": pa.array(pub_ts[msg_ix]),
+        }
+    )
+
+
+def with_first_deliveries(expected: pa.Table, first: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The expected-recipient rows with each one's first delivery
+    (deliver_ts, null if none), and the first deliveries (`first`: msg,
+    node, deliver_ts) that no expected row matched, as (msg, node): what
+    unexpected deliveries are counted from."""
+    msg_vals = pc.unique(expected["msg"])
+    node_vals = pc.unique(expected["node"])
+    width = max(len(node_vals), 1)
+
+    def keys(table: pa.Table) -> np.ndarray:
+        m = pc.index_in(table["msg"], value_set=msg_vals, skip_nulls=True).fill_null(-1).to_numpy(zero_copy_only=False)
+        n = pc.index_in(table["node"], value_set=node_vals, skip_nulls=True).fill_null(-1).to_numpy(zero_copy_only=False)
+        return np.where((m >= 0) & (n >= 0), m.astype(np.int64) * width + n, -1)
+
+    want, got = keys(expected), keys(first)
+    order = np.argsort(got, kind="stable")
+    sorted_got = got[order]
+    at = np.searchsorted(sorted_got, want)
+    inside = (at < len(got)) & (want >= 0)
+    hit = np.zeros(len(want), dtype=bool)
+    hit[inside] = sorted_got[at[inside]] == want[inside]
+    row = order[at[hit]]
+    deliver = np.zeros(len(want), dtype=np.int64)
+    deliver[hit] = first["deliver_ts"].to_numpy(zero_copy_only=False)[row]
+    matched = np.zeros(len(got), dtype=bool)
+    matched[row] = True
+    return (
+        expected.append_column("deliver_ts", pa.array(deliver, mask=~hit)),
+        first.filter(pa.array(~matched)).select(["msg", "node"]),
+    )
 
 
 def deliveries_table(

@@ -9,13 +9,16 @@ DELIVER_MESSAGE of it; latency is first delivery minus first publish.
 
 The job is a chain of named stages, each a function returning a DataFrame.
 What grows with the number of events is Spark's, over the ingested events
-(scanned, not cached), in six actions (node_counts, structure_events,
-messages with their duplicates, expected_recipients joined to first
-deliveries, time_series_control, unreceived_rpcs), each brought to the
-driver once as Arrow. What those return is small next to the events, and the stages over it
-run on the driver (analysis/deliveries.py: lower bound, per message, the
+(scanned, not cached), in at most seven actions (node_counts,
+structure_events, messages with their duplicates, first_deliveries,
+link_counts; then time_series_control and, only where some link's receiver
+recorded fewer RPCs than were sent to it, unreceived_rpcs), each brought to
+the driver once as Arrow. What those return is small next to the events, and
+the stages over it run on the driver (analysis/deliveries.py: expected
+recipients and their first deliveries, lower bound, per message, the
 delivery time series, per node, latency distribution, in flight; here:
-subscription and up/down intervals, mesh degree, recovery) and `summarize`.
+subscription and up/down intervals, short links, mesh degree, recovery) and
+`summarize`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from analysis import deliveries as dlv
@@ -443,37 +445,11 @@ def messages(spark, E, publishes: list[dict[str, Any]]):
     return M_trace.unionByName(M_log.join(M_trace.select("msg"), "msg", "left_anti"))
 
 
-def expected_recipients(M, S, Dn):
-    """(message, node) pairs: subscribed to its topic at its publish time,
-    up then, and not one of its publishers."""
-    from pyspark.sql import functions as F
-
-    X = (
-        M.join(S, (S.s_topic == M.topic) & (S.s_start <= M.publish_ts) & (M.publish_ts < S.s_end))
-        .where(~F.array_contains("publishers", F.col("s_node")))
-        .select("msg", "topic", "publish_ts", "publishers", F.col("s_node").alias("node"))
-        .dropDuplicates(["msg", "node"])
-    )
-    return X.join(Dn, (Dn.d_node == X.node) & (Dn.d_start <= X.publish_ts) & (X.publish_ts < Dn.d_end), "left_anti")
-
-
 def first_deliveries(E):
     """Each node's first DELIVER_MESSAGE of each message."""
     from pyspark.sql import functions as F
 
     return E.where(F.col("type") == DELIVER).groupBy("msg", "node").agg(F.min("ts").alias("deliver_ts"))
-
-
-def deliveries(X, Dl):
-    """Expected recipients (`expected` true) with their first delivery, if
-    any; and, with `expected` null, first deliveries to nodes that were not
-    expected recipients (what unexpected deliveries are counted from): one
-    join gives both."""
-    from pyspark.sql import functions as F
-
-    return X.select("msg", "node", "topic", "publish_ts", F.lit(True).alias("expected")).join(
-        Dl, ["msg", "node"], "full"
-    )
 
 
 def duplicates(E):
@@ -509,42 +485,71 @@ def time_series_control(E, t0: int):
     )
 
 
-def unreceived_rpcs(E, traced: list[str]):
-    """SEND_RPCs their receiver never recorded: per directed link the sends
-    beyond the receiver's RECV_RPC count, taken as the last ones (links
-    deliver in order); one row (dst, ts, msg) per such send. Only receivers
-    that wrote a trace count. Whether each was lost to churn or still in
-    flight at the end is decided on the driver (deliveries.in_flight)."""
+def link_counts(E):
+    """Per directed link (node, peer): the RPCs the node recorded sending to
+    the peer and receiving from it."""
+    from pyspark.sql import functions as F
+
+    return (
+        E.where(F.col("type").isin(SEND_RPC, RECV_RPC) & F.col("peer").isNotNull())
+        .groupBy("node", "peer")
+        .agg(
+            F.sum(F.when(F.col("type") == SEND_RPC, 1).otherwise(0)).alias("sent"),
+            F.sum(F.when(F.col("type") == RECV_RPC, 1).otherwise(0)).alias("received"),
+        )
+    )
+
+
+def short_links(links: pd.DataFrame, traced: list[str]) -> list[tuple[str, str, int]]:
+    """(src, dst, received): the directed links whose receiver, one that
+    wrote a trace, recorded fewer RECV_RPCs from the sender than the sender
+    recorded SEND_RPCs to it. Only their sends can be unreceived."""
+    sent = links.loc[links["sent"] > 0, ["node", "peer", "sent"]].rename(columns={"node": "src", "peer": "dst"})
+    got = links.loc[links["received"] > 0, ["node", "peer", "received"]].rename(columns={"node": "dst", "peer": "src"})
+    both = sent.merge(got, on=["src", "dst"], how="left").fillna({"received": 0})
+    short = both[(both["sent"] > both["received"]) & both["dst"].isin(set(traced))]
+    return sorted((str(a), str(b), int(r)) for a, b, r in short[["src", "dst", "received"]].itertuples(index=False))
+
+
+def unreceived_rpcs(spark, E, short: list[tuple[str, str, int]]) -> pd.DataFrame:
+    """SEND_RPCs their receiver never recorded: on each short link (`short`:
+    src, dst, received; see short_links) the sends beyond the receiver's
+    RECV_RPC count, taken as the last ones (links deliver in order); one row
+    (dst, ts, msg) per such send. Only the short links' sends are ordered,
+    not every send of the run, and with none there is no Spark job. Whether
+    each was lost to churn or still in flight at the end is decided on the
+    driver (deliveries.in_flight)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    sends = E.where((F.col("type") == SEND_RPC) & F.col("peer").isin(traced)).select(
+    if not short:
+        return pd.DataFrame({"dst": pd.Series([], dtype="object"), "ts": pd.Series([], dtype="int64"),
+                             "msg": pd.Series([], dtype="object")})
+    links = local_frame(spark, short, [("src", "string"), ("dst", "string"), ("received", "long")])
+    sends = E.where(F.col("type") == SEND_RPC).select(
         F.col("node").alias("src"), F.col("peer").alias("dst"), "ts", "seq", "msg"
-    )
-    recvs = (
-        E.where((F.col("type") == RECV_RPC) & F.col("peer").isNotNull())
-        .groupBy(F.col("peer").alias("src"), F.col("node").alias("dst"))
-        .agg(F.count(F.lit(1)).alias("received"))
     )
     w = Window.partitionBy("src", "dst").orderBy("ts", "seq")
     return (
-        sends.withColumn("k", F.row_number().over(w))
-        .join(recvs, ["src", "dst"], "left")
-        .where(F.col("k") > F.coalesce(F.col("received"), F.lit(0)))
+        sends.join(F.broadcast(links), ["src", "dst"])
+        .withColumn("k", F.row_number().over(w))
+        .where(F.col("k") > F.col("received"))
         .select("dst", "ts", "msg")
+        .toArrow()
+        .to_pandas()
     )
 
 
 def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, Any]:
     """All the metrics of a run: writes RUN_DIR/metrics/*.parquet, returns the summary.
 
-    Six Spark actions over the events, in two rounds of three that
-    run at once: per-node counts, structure events and messages; then
-    deliveries (which need the first round's subscriptions and up/down
-    intervals), the control time series and the unreceived RPCs. Everything
-    after them is driver-side work on what they returned
+    Spark actions over the events in two rounds, each round's at once:
+    per-node counts, structure events, messages, first deliveries and RPCs
+    per link; then the control time series (its seconds count from t0, which
+    may come from the first round) and the unreceived RPCs of the links the
+    first round found short. Everything after them is driver-side work on
+    what they returned, the expected recipients and their deliveries first
     (analysis/deliveries.py)."""
-    from pyspark.sql import functions as F
 
     def step(name: str) -> None:
         if progress:
@@ -557,37 +562,30 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     # few columns it reads (vectorised, column-pruned), which costs less than
     # building an in-memory copy of every column first (docs/metrics.md).
     E = spark.read.schema(EVENTS_DDL).parquet(str(events_dir))
-    M = messages(spark, E, log_publishes(run)).persist()
 
-    try:
-        step("per-node counts, structure events, messages")
-        per_node, structure, msgs = _together(
-            lambda: node_counts(E).toArrow().to_pandas(),
-            lambda: structure_events(E),
-            lambda: M.join(duplicates(E), "msg", "left").toArrow().to_pandas(),
-        )
-        ctx = build_context(run, per_node, structure)
-        t0 = ctx.t0
-        S = F.broadcast(
-            local_frame(spark, ctx.subscriptions, [("s_node", "string"), ("s_topic", "string"),
-                                                   ("s_start", "long"), ("s_end", "long")])
-        )
-        Dn = F.broadcast(
-            local_frame(spark, ctx.down, [("d_node", "string"), ("d_start", "long"), ("d_end", "long")])
-        )
-        traced = sorted(per_node["node"].dropna())
+    step("per-node counts, structure events, messages, first deliveries, RPCs per link")
+    per_node, structure, msgs, first, links = _together(
+        lambda: node_counts(E).toArrow().to_pandas(),
+        lambda: structure_events(E),
+        lambda: messages(spark, E, log_publishes(run)).join(duplicates(E), "msg", "left").toArrow().to_pandas(),
+        lambda: first_deliveries(E).toArrow(),
+        lambda: link_counts(E).toArrow().to_pandas(),
+    )
+    ctx = build_context(run, per_node, structure)
+    t0 = ctx.t0
+    short = short_links(links, sorted(per_node["node"].dropna()))
 
-        step("expected recipients and deliveries, control time series, unreceived RPCs")
-        rows, control, unmatched = _together(
-            lambda: deliveries(expected_recipients(M, S, Dn), first_deliveries(E)).toArrow(),
-            lambda: time_series_control(E, t0).toArrow().to_pandas(),
-            lambda: unreceived_rpcs(E, traced).toArrow().to_pandas(),
-        )
-    finally:  # a Connect server outlives this analysis: leave nothing cached on it
-        M.unpersist()
+    step("control time series, unreceived RPCs")
+    control, unmatched = _together(
+        lambda: time_series_control(E, t0).toArrow().to_pandas(),
+        lambda: unreceived_rpcs(spark, E, short),
+    )
+
+    step("expected recipients and their deliveries")
+    rows, unmatched_deliveries = dlv.with_first_deliveries(
+        dlv.expected_recipients(msgs, ctx.subscriptions, ctx.down), first
+    )
     publishers = {m: list(p) for m, p in zip(msgs["msg"], msgs["publishers"])}
-    expected = pc.is_valid(rows["expected"])
-    candidates = rows.filter(pc.invert(expected)).select(["msg", "node"]).to_pandas()
 
     step("lower bound (shortest paths)")
     edges = run.topology_edges()
@@ -595,14 +593,14 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
         set(per_node.loc[per_node["published"] > 0, "node"].dropna())
         | {p for e in ctx.publishes for p in ([e["node"]] if e.get("node") else e.get("via") or [])}
     )
-    table = dlv.deliveries_table(rows.filter(expected), publishers, shortest_paths(edges, sources) if edges else None)
+    table = dlv.deliveries_table(rows, publishers, shortest_paths(edges, sources) if edges else None)
     _write_table(table, out_dir / "deliveries.parquet")
     deliveries_pd = table.to_pandas()
 
     step("per-message metrics")
     msg_pd = dlv.per_message(msgs, deliveries_pd, t0)
     _write_pandas(msg_pd, out_dir / "messages.parquet")
-    unexpected = dlv.unexpected_deliveries(candidates, publishers)
+    unexpected = dlv.unexpected_deliveries(unmatched_deliveries.to_pandas(), publishers)
 
     step("latency distribution")
     lat = dlv.latency_distribution(deliveries_pd, CDF_POINTS)

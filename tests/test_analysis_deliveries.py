@@ -84,3 +84,59 @@ def test_in_flight_counts_only_receivers_that_stayed_up():
 def test_unexpected_deliveries_exclude_the_publishers_own():
     cands = pd.DataFrame({"msg": ["m1", "m1", "m9"], "node": ["A", "Z", "A"]})
     assert dlv.unexpected_deliveries(cands, {"m1": ["A"]}) == 2  # Z, and m9 that no one published
+
+
+def _expected_by_definition(msgs, subscriptions, down):
+    """docs/metrics.md's expected recipients, one pair at a time."""
+    out = set()
+    for m, ts, topic, pubs in msgs[["msg", "publish_ts", "topic", "publishers"]].itertuples(index=False):
+        for node, sub_topic, start, end in subscriptions:
+            if topic is None or sub_topic != topic or not start <= ts < end or node in pubs:
+                continue
+            if any(d == node and a <= ts < b for d, a, b in down):
+                continue
+            out.add((m, topic, node, ts))
+    return out
+
+
+def test_expected_recipients_and_first_deliveries_follow_the_definition():
+    """Random runs: overlapping subscription intervals of one node, several
+    publishers, messages without a topic or id, down intervals that start or
+    end exactly at a publish time; first deliveries to expected recipients,
+    to other nodes, to unknown nodes and without a message id (which, as in
+    a Spark join, match nothing)."""
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        nodes = [f"n{i}" for i in range(int(rng.integers(1, 8)))]
+        topics = ["a", "b"]
+        times = rng.integers(0, 50, size=int(rng.integers(0, 25)))
+        ids = [None if i == 3 else f"m{i}" for i in range(len(times))]  # m3: a PUBLISH without an id
+        msgs = pd.DataFrame({
+            "msg": pd.Series(ids, dtype=object),
+            "publish_ts": times.astype(np.int64),
+            "topic": [None if rng.random() < 0.1 else str(rng.choice(topics)) for _ in times],
+            "publishers": [list(rng.choice(nodes, size=int(rng.integers(0, 3)))) for _ in times],
+        })
+        subs = [(str(rng.choice(nodes)), str(rng.choice(topics)), int(a), int(a + rng.integers(0, 40)))
+                for a in rng.integers(-10, 50, size=int(rng.integers(0, 12)))]
+        down = [(str(rng.choice(nodes + ["gone"])), int(t), int(t + rng.integers(0, 20)))
+                for t in rng.choice(times if len(times) else [0], size=int(rng.integers(0, 4)))]
+        x = dlv.expected_recipients(msgs, subs, down)
+        assert set(zip(*(x[c].to_pylist() for c in ("msg", "topic", "node", "publish_ts"))))\
+            == _expected_by_definition(msgs, subs, down)
+        assert x.num_rows == len(_expected_by_definition(msgs, subs, down))  # no pair twice
+
+        pairs = sorted({(m, n) for m in [*ids, None] for n in nodes + ["stranger"] if rng.random() < 0.5},
+                       key=str)
+        first = pa.table({"msg": pa.array([m for m, _ in pairs], pa.string()),
+                          "node": pa.array([n for _, n in pairs], pa.string()),
+                          "deliver_ts": pa.array([100 + i for i in range(len(pairs))], pa.int64())})
+        rows, unmatched = dlv.with_first_deliveries(x, first)
+        got = dict(zip(zip(first["msg"].to_pylist(), first["node"].to_pylist()), first["deliver_ts"].to_pylist()))
+        expected_pairs = set(zip(x["msg"].to_pylist(), x["node"].to_pylist()))
+        assert rows.select(["msg", "topic", "node", "publish_ts"]).equals(x)
+        assert rows["deliver_ts"].to_pylist() == [
+            got.get(k) if k[0] is not None else None for k in zip(x["msg"].to_pylist(), x["node"].to_pylist())
+        ]
+        assert sorted(zip(unmatched["msg"].to_pylist(), unmatched["node"].to_pylist()), key=str) \
+            == sorted((k for k in got if k not in expected_pairs or k[0] is None), key=str)

@@ -11,7 +11,15 @@ import pandas as pd
 import pytest
 
 import analysis
-from analysis.metrics import INF, down_intervals, gini, recovery_after_churn, shortest_paths, subscription_intervals
+from analysis.metrics import (
+    INF,
+    down_intervals,
+    gini,
+    recovery_after_churn,
+    short_links,
+    shortest_paths,
+    subscription_intervals,
+)
 from tests.spark_fixtures import M1, M2, M3, M4, M5, RunBuilder, mid, msg, requires_java, worked_example
 from tests.spark_fixtures import spark  # noqa: F401
 
@@ -32,6 +40,18 @@ def test_gini_even_and_concentrated():
     assert gini([0, 0, 0, 10]) == approx(0.75)
     assert gini([0, 20, 320, 440, 620]) == approx(0.474285714)
     assert gini([]) is None
+
+
+def test_short_links_are_those_whose_receiver_recorded_fewer_rpcs_than_were_sent():
+    links = pd.DataFrame(
+        [("A", "B", 3, 1), ("B", "A", 1, 1), ("A", "C", 2, 0), ("C", "B", 1, 0), ("A", "X", 4, 0)],
+        columns=["node", "peer", "sent", "received"],
+    )
+    # (node, peer, sent to peer, received from peer). A->B: 3 sent, B received 1; B->A: 1 sent, A
+    # received 1; A->C: 2 sent, C recorded nothing from A; C->B: 1 sent, B recorded nothing from C;
+    # A->X: X wrote no trace, so what it received is unknown and its link is not short
+    assert short_links(links, ["A", "B", "C"]) == [("A", "B", 1), ("A", "C", 0), ("C", "B", 0)]
+    assert short_links(links.iloc[0:0], ["A"]) == []
 
 
 def test_shortest_paths_take_the_cheaper_two_hop_route():
