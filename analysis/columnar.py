@@ -225,11 +225,25 @@ def binary_column(u8: np.ndarray, off: np.ndarray, ln: np.ndarray, valid: np.nda
     )
 
 
-def mapped_column(values: pa.Array, convert: Callable[[bytes], str | None]) -> tuple[pa.Array, np.ndarray]:
-    """`convert` applied to each distinct value (peer ids, topics, message ids: one per
-    message, not per event), then
-    spread back; and a mask of the rows whose value `convert` rejected by
-    raising ValueError."""
+@dataclass(frozen=True)
+class Mapped:
+    """A column converted one distinct value at a time: value i is
+    `names[indices[i]]`; `rejected[i]` when `convert` refused value i."""
+
+    names: pa.Array
+    indices: pa.Array
+    rejected: np.ndarray
+
+    def at(self, rows: np.ndarray) -> pa.Array:
+        """The converted values at `rows` (positions, in the order wanted):
+        reordering the indices costs nothing next to reordering strings."""
+        return self.names.take(self.indices.take(pa.array(rows)))
+
+
+def mapped_column(values: pa.Array, convert: Callable[[bytes], str | None]) -> Mapped:
+    """`convert` applied to each distinct value (peer ids, topics, message
+    ids: one per message, not per event); a value whose conversion raises
+    ValueError is rejected (and null)."""
     enc = pc.dictionary_encode(values)
     out: list[str | None] = []
     rejected: list[bool] = []
@@ -241,10 +255,9 @@ def mapped_column(values: pa.Array, convert: Callable[[bytes], str | None]) -> t
             out.append(None)
             rejected.append(True)
     indices = enc.indices
-    mapped = pa.array(out, pa.string()).take(indices)
     bad = np.asarray(rejected, dtype=bool)[indices.fill_null(0).to_numpy(zero_copy_only=False)] if out else (
         np.zeros(len(values), dtype=bool))
-    return mapped, bad & ~np.asarray(values.is_null())
+    return Mapped(pa.array(out, pa.string()), indices, bad & ~np.asarray(values.is_null()))
 
 
 def utf8(raw: bytes) -> str:
@@ -254,7 +267,8 @@ def utf8(raw: bytes) -> str:
 @dataclass(frozen=True)
 class Decoded:
     """The records understood here, as columns (ingest.SCHEMA's, with `seq`
-    their index among the spans given), and which spans were not (`slow`)."""
+    their index among the spans given) in ingest's table order (by type,
+    then `seq`), and which spans were not (`slow`)."""
 
     table: pa.Table
     slow: np.ndarray
@@ -326,33 +340,34 @@ def decode(u8: np.ndarray, start: np.ndarray, end: np.ndarray, peer_name: Callab
         recs = np.concatenate([s[0] for s in strings])
         vals = binary_column(u8, np.concatenate([s[1] for s in strings]), np.concatenate([s[2] for s in strings]),
                              np.ones(len(recs), dtype=bool))
-        _, rejected = mapped_column(vals, utf8)
-        slow[recs[rejected]] = True
+        slow[recs[mapped_column(vals, utf8).rejected]] = True
 
-    topic_col, rejected = mapped_column(binary_column(u8, topic_off, topic_ln, has_topic & ~slow), utf8)
-    slow |= rejected
+    topic = mapped_column(binary_column(u8, topic_off, topic_ln, has_topic & ~slow), utf8)
+    slow |= topic.rejected
     keep = ~slow
-    peer_col, _ = mapped_column(binary_column(u8, peer_off, peer_ln, has_peer & keep), peer_name)
+    # the table's rows: the records understood, grouped by type, in record order within a type
+    rows = np.flatnonzero(keep)
+    rows = rows[np.argsort(typ[rows], kind="stable")]
+    peer = mapped_column(binary_column(u8, peer_off, peer_ln, has_peer & keep), peer_name)
     own_off = np.where(at_peer >= 0, top.off[np.maximum(at_peer, 0)], 0)
     own_ln = np.where(at_peer >= 0, top.ln[np.maximum(at_peer, 0)], 0)
-    node_col, _ = mapped_column(binary_column(u8, own_off, own_ln, keep), peer_name)
+    node_col = mapped_column(binary_column(u8, own_off, own_ln, keep), peer_name).at(rows)
     if default_node is not None:
         node_col = pc.fill_null(node_col, default_node)
-    msg_col, _ = mapped_column(binary_column(u8, msg_off, msg_ln, has_msg & keep), bytes.hex)
-    size_col = pa.Array.from_buffers(pa.int64(), n, [_validity(has_size), pa.py_buffer(size)])
+    msg = mapped_column(binary_column(u8, msg_off, msg_ln, has_msg & keep), bytes.hex)
+    size_col = pa.Array.from_buffers(pa.int64(), len(rows), [_validity(has_size[rows]), pa.py_buffer(size[rows])])
     cols = {
         "node": node_col,
-        "type": pa.array(np.where(keep, typ, 0).astype(np.int8)),  # slow rows (any type) are dropped
-        "ts": pa.array(np.where(at_ts >= 0, top.val[np.maximum(at_ts, 0)], 0).astype(np.int64)),
-        "seq": pa.array(np.arange(n, dtype=np.int64)),
-        "msg": msg_col,
-        "topic": topic_col,
-        "peer": peer_col,
+        "type": pa.array(typ[rows].astype(np.int8)),
+        "ts": pa.array(top.val[at_ts[rows]].astype(np.int64)),
+        "seq": pa.array(rows.astype(np.int64)),
+        "msg": msg.at(rows),
+        "topic": topic.at(rows),
+        "peer": peer.at(rows),
         "size": size_col,
-        **{c: pa.array(v) for c, v in counts.items()},
+        **{c: pa.array(v[rows]) for c, v in counts.items()},
     }
-    table = pa.table([cols[f.name] for f in schema], schema=schema)
-    return Decoded(table.filter(pa.array(keep)), slow)
+    return Decoded(pa.table([cols[f.name] for f in schema], schema=schema), slow)
 
 
 def _rpc_meta(u8, recs, start, end, counts, slow, strings, msg_off, msg_ln, has_msg) -> None:

@@ -93,6 +93,10 @@ SCHEMA = pa.schema(
     ]
 )
 COLUMNS = [f.name for f in SCHEMA]
+# A trace file's table, and each Parquet file's row groups, are grouped by
+# event type (in trace order within a type): most queries read one or a few
+# types, and Spark skips the row groups whose type statistics rule them out.
+TABLE_ORDER = [("type", "ascending"), ("seq", "ascending")]
 
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
@@ -429,7 +433,7 @@ def _pb_table(path: Path, names: PeerNames, default_node: str | None, tally: _Ta
         pos = _past_damage(buf, pos, tally)
     table = pa.concat_tables([*pieces, rows_table(slow_rows)]) if pieces else rows_table(slow_rows)
     if slow_rows or len(pieces) > 1:
-        table = table.sort_by("seq")
+        table = table.sort_by(TABLE_ORDER)
     return table
 
 
@@ -441,10 +445,13 @@ def decode_table(
     names = PeerNames(known)
     tally = _Tally()
     if path.suffix in PB_SUFFIXES and path.stat().st_size >= COLUMNAR_MIN_BYTES:
-        table = _pb_table(path, names, default_node, tally)
+        table = _pb_table(path, names, default_node, tally)  # in TABLE_ORDER
     else:
-        table = rows_table([event_row(ev, names, default_node, i) for i, ev in enumerate(iter_events(path, tally))])
-    owner = table["node"][0].as_py() if len(table) else None  # the node whose trace this is, by its first record
+        table = rows_table(
+            [event_row(ev, names, default_node, i) for i, ev in enumerate(iter_events(path, tally))]
+        ).sort_by(TABLE_ORDER)
+    # the node whose trace this is, by its first record
+    owner = table["node"][pc.index(table["seq"], pc.min(table["seq"])).as_py()].as_py() if len(table) else None
     return table, TraceFileReport(
         file=path.name,
         node=owner or default_node or path.stem,
@@ -461,8 +468,22 @@ def decode_file(
 ) -> TraceFileReport:
     """Decode one trace file into `out_path` (Parquet); see decode_table."""
     table, report = decode_table(path, default_node, known)
-    pq.write_table(table, out_path, compression="snappy", row_group_size=ROW_GROUP)
+    write_events([table], out_path)
     return report
+
+
+def write_events(tables: list[pa.Table], out_path: Path) -> None:
+    """Trace files' tables (each in TABLE_ORDER) as one Parquet file whose
+    row groups each hold one event type: every table's rows of a type are
+    written together (slices, not copies), type after type."""
+    types = [t["type"].to_numpy() for t in tables]
+    with pq.ParquetWriter(out_path, SCHEMA, compression="snappy") as out:
+        for typ in sorted(set().union(*(np.unique(t).tolist() for t in types))):
+            bounds = [np.searchsorted(t, [typ, typ + 1]) for t in types]
+            out.write_table(
+                pa.concat_tables([tab.slice(lo, hi - lo) for tab, (lo, hi) in zip(tables, bounds)]),
+                row_group_size=ROW_GROUP,
+            )
 
 
 def _decode_job(args: tuple[list[str], str, dict[bytes, str]]) -> list[TraceFileReport]:
@@ -474,9 +495,7 @@ def _decode_job(args: tuple[list[str], str, dict[bytes, str]]) -> list[TraceFile
         table, report = decode_table(Path(path), Path(path).stem, known)
         tables.append(table)
         reports.append(report)
-    pq.write_table(
-        pa.concat_tables(tables) if tables else rows_table([]), out, compression="snappy", row_group_size=ROW_GROUP
-    )
+    write_events(tables, Path(out))
     return reports
 
 
