@@ -9,10 +9,10 @@ DELIVER_MESSAGE of it; latency is first delivery minus first publish.
 
 The job is a chain of named stages, each a function returning a DataFrame.
 What grows with the number of events is Spark's, over the ingested events
-(scanned, not cached), in at most seven actions (node_counts,
+(scanned, not cached), in at most six actions (event_counts,
 structure_events, messages with their duplicates, first_deliveries,
-link_counts; then time_series_control and, only where some link's receiver
-recorded fewer RPCs than were sent to it, unreceived_rpcs), each brought to
+time_series_control and, only where some link's receiver recorded fewer RPCs
+than were sent to it, unreceived_rpcs), each brought to
 the driver once as Arrow. What those return is small next to the events, and
 the stages over it run on the driver (analysis/deliveries.py: expected
 recipients and their first deliveries, lower bound, per message, the
@@ -302,43 +302,66 @@ def _write_table(table: pa.Table, path: Path) -> None:
     pq.write_table(table, path)
 
 
-def node_counts(E):
-    """Per node: event counts by type, RPC and control entry sums, first and last event."""
+CONTROL_COUNTS = ("graft", "prune", "ihave", "iwant", "ihave_ids", "iwant_ids")
+
+
+def event_counts(E):
+    """Per node, event type and, for RPCs sent and received, peer: events,
+    first and last timestamp, and the sums of the per-event counts. A few
+    rows per node and one per directed link and direction: the per-node
+    counts (per_node_counts) and the RPCs per link (short_links) are read
+    from it on the driver. One narrow aggregation, where a column per figure
+    was a CASE per figure per event."""
     from pyspark.sql import functions as F
 
-    def cnt(t):
-        return F.sum(F.when(F.col("type") == t, 1).otherwise(0))
-
-    def s(t, col):
-        return F.sum(F.when(F.col("type") == t, F.col(col)).otherwise(0))
-
-    return E.groupBy("node").agg(
+    rpc = F.col("type").isin(SEND_RPC, RECV_RPC)
+    return E.groupBy("node", "type", F.when(rpc, F.col("peer")).alias("peer")).agg(
         F.count(F.lit(1)).alias("events"),
         F.min("ts").alias("first_ts"),
         F.max("ts").alias("last_ts"),
-        cnt(PUBLISH).alias("published"),
-        cnt(DELIVER).alias("delivered"),
-        cnt(DUPLICATE).alias("duplicated"),
-        cnt(REJECT).alias("rejected"),
-        s(RECV_RPC, "n_msgs").alias("msgs_received"),
-        s(SEND_RPC, "n_msgs").alias("msgs_sent"),
-        cnt(SEND_RPC).alias("rpcs_sent"),
-        cnt(RECV_RPC).alias("rpcs_received"),
-        cnt(DROP_RPC).alias("rpcs_dropped"),
-        F.sum(F.when(F.col("type") == SEND_RPC, F.col("size"))).alias("bytes_sent"),
-        F.sum(F.when(F.col("type") == RECV_RPC, F.col("size"))).alias("bytes_received"),
-        F.sum(F.when(F.col("type") == DROP_RPC, F.col("size"))).alias("bytes_dropped"),
-        *[
-            s(t, f"n_{c}").alias(f"{c}_{d}")
-            for c in ("graft", "prune", "ihave", "iwant", "ihave_ids", "iwant_ids")
-            for t, d in ((SEND_RPC, "sent"), (RECV_RPC, "received"))
-        ],
-        s(DROP_RPC, "n_msgs").alias("msgs_dropped"),
-        cnt(GRAFT).alias("mesh_grafts"),
-        cnt(PRUNE).alias("mesh_prunes"),
-        cnt(ADD_PEER).alias("peers_added"),
-        cnt(REMOVE_PEER).alias("peers_removed"),
+        F.sum("n_msgs").alias("n_msgs"),
+        F.sum("size").alias("size"),
+        *[F.sum(f"n_{c}").alias(f"n_{c}") for c in CONTROL_COUNTS],
     )
+
+
+def per_node_counts(counts: pd.DataFrame) -> pd.DataFrame:
+    """Per node (event_counts' rows summed): events by type, RPC and control
+    entry sums, bytes (null where no such RPC recorded a size), first and
+    last event."""
+    out = counts.groupby("node", dropna=False, sort=False).agg(
+        events=("events", "sum"), first_ts=("first_ts", "min"), last_ts=("last_ts", "max")
+    )
+
+    def of(t: int, col: str = "events", nulls: bool = False) -> pd.Series:
+        got = counts[counts["type"] == t].groupby("node", dropna=False, sort=False)[col].sum(min_count=int(nulls))
+        return got.reindex(out.index) if nulls else got.reindex(out.index, fill_value=0).astype("int64")
+
+    figures = {
+        "published": of(PUBLISH),
+        "delivered": of(DELIVER),
+        "duplicated": of(DUPLICATE),
+        "rejected": of(REJECT),
+        "msgs_received": of(RECV_RPC, "n_msgs"),
+        "msgs_sent": of(SEND_RPC, "n_msgs"),
+        "rpcs_sent": of(SEND_RPC),
+        "rpcs_received": of(RECV_RPC),
+        "rpcs_dropped": of(DROP_RPC),
+        "bytes_sent": of(SEND_RPC, "size", nulls=True),
+        "bytes_received": of(RECV_RPC, "size", nulls=True),
+        "bytes_dropped": of(DROP_RPC, "size", nulls=True),
+        **{
+            f"{c}_{d}": of(t, f"n_{c}")
+            for c in CONTROL_COUNTS
+            for t, d in ((SEND_RPC, "sent"), (RECV_RPC, "received"))
+        },
+        "msgs_dropped": of(DROP_RPC, "n_msgs"),
+        "mesh_grafts": of(GRAFT),
+        "mesh_prunes": of(PRUNE),
+        "peers_added": of(ADD_PEER),
+        "peers_removed": of(REMOVE_PEER),
+    }
+    return pd.concat([out, pd.DataFrame(figures, index=out.index)], axis=1).reset_index()
 
 
 def structure_events(E) -> pd.DataFrame:
@@ -485,27 +508,18 @@ def time_series_control(E, t0: int):
     )
 
 
-def link_counts(E):
-    """Per directed link (node, peer): the RPCs the node recorded sending to
-    the peer and receiving from it."""
-    from pyspark.sql import functions as F
-
-    return (
-        E.where(F.col("type").isin(SEND_RPC, RECV_RPC) & F.col("peer").isNotNull())
-        .groupBy("node", "peer")
-        .agg(
-            F.sum(F.when(F.col("type") == SEND_RPC, 1).otherwise(0)).alias("sent"),
-            F.sum(F.when(F.col("type") == RECV_RPC, 1).otherwise(0)).alias("received"),
-        )
-    )
-
-
-def short_links(links: pd.DataFrame, traced: list[str]) -> list[tuple[str, str, int]]:
+def short_links(counts: pd.DataFrame, traced: list[str]) -> list[tuple[str, str, int]]:
     """(src, dst, received): the directed links whose receiver, one that
     wrote a trace, recorded fewer RECV_RPCs from the sender than the sender
-    recorded SEND_RPCs to it. Only their sends can be unreceived."""
-    sent = links.loc[links["sent"] > 0, ["node", "peer", "sent"]].rename(columns={"node": "src", "peer": "dst"})
-    got = links.loc[links["received"] > 0, ["node", "peer", "received"]].rename(columns={"node": "dst", "peer": "src"})
+    recorded SEND_RPCs to it (from event_counts' rows). Only their sends can
+    be unreceived."""
+    rpcs = counts[counts["peer"].notna()]
+    sent = rpcs.loc[rpcs["type"] == SEND_RPC, ["node", "peer", "events"]].rename(
+        columns={"node": "src", "peer": "dst", "events": "sent"}
+    )
+    got = rpcs.loc[rpcs["type"] == RECV_RPC, ["node", "peer", "events"]].rename(
+        columns={"node": "dst", "peer": "src", "events": "received"}
+    )
     both = sent.merge(got, on=["src", "dst"], how="left").fillna({"received": 0})
     short = both[(both["sent"] > both["received"]) & both["dst"].isin(set(traced))]
     return sorted((str(a), str(b), int(r)) for a, b, r in short[["src", "dst", "received"]].itertuples(index=False))
@@ -544,11 +558,12 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     """All the metrics of a run: writes RUN_DIR/metrics/*.parquet, returns the summary.
 
     Spark actions over the events in two rounds, each round's at once:
-    per-node counts, structure events, messages, first deliveries and RPCs
-    per link; then the control time series (its seconds count from t0, which
-    may come from the first round) and the unreceived RPCs of the links the
-    first round found short. Everything after them is driver-side work on
-    what they returned, the expected recipients and their deliveries first
+    the event counts (per node, type and link), structure events, messages
+    and first deliveries; then the control time series (its seconds count
+    from t0, which may come from the first round) and the unreceived RPCs of
+    the links the first round found short. Everything after them is
+    driver-side work on what they returned, the expected recipients and
+    their deliveries first
     (analysis/deliveries.py)."""
 
     def step(name: str) -> None:
@@ -563,20 +578,20 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
     # building an in-memory copy of every column first (docs/metrics.md).
     E = spark.read.schema(EVENTS_DDL).parquet(str(events_dir))
 
-    step("per-node counts, structure events, messages, first deliveries, RPCs per link")
-    per_node, structure, msgs, first, links = _together(
-        lambda: node_counts(E).toArrow().to_pandas(),
+    step("event counts, structure events, messages, first deliveries")
+    counts, structure, msgs, first = _together(
+        lambda: event_counts(E).toArrow().to_pandas(),
         lambda: structure_events(E),
         lambda: messages(spark, E, log_publishes(run)).join(duplicates(E), "msg", "left").toArrow().to_pandas(),
         lambda: first_deliveries(E).toArrow(),
-        lambda: link_counts(E).toArrow().to_pandas(),
     )
+    per_node = per_node_counts(counts)
     ctx = build_context(run, per_node, structure)
     t0 = ctx.t0
-    short = short_links(links, sorted(per_node["node"].dropna()))
+    short = short_links(counts, sorted(per_node["node"].dropna()))
 
     step("control time series, unreceived RPCs")
-    control, unmatched = _together(
+    time_series, unmatched = _together(
         lambda: time_series_control(E, t0).toArrow().to_pandas(),
         lambda: unreceived_rpcs(spark, E, short),
     )
@@ -615,7 +630,7 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
 
     step("time series")
     _write_pandas(dlv.time_series_delivery(deliveries_pd, t0), out_dir / "timeseries_delivery.parquet")
-    _write_pandas(control.sort_values("t_s", ignore_index=True), out_dir / "timeseries_control.parquet")
+    _write_pandas(time_series.sort_values("t_s", ignore_index=True), out_dir / "timeseries_control.parquet")
 
     step("mesh degree")
     mesh_samples, mesh_hist = mesh_degree(structure, ctx)

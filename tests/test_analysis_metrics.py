@@ -20,6 +20,8 @@ from analysis.metrics import (
     shortest_paths,
     subscription_intervals,
 )
+from analysis.ingest import reference_table
+from node.trace_vocab import DELIVER, PUBLISH, RECV_RPC, SEND_RPC
 from tests.spark_fixtures import M1, M2, M3, M4, M5, RunBuilder, mid, msg, requires_java, worked_example
 from tests.spark_fixtures import spark  # noqa: F401
 
@@ -43,15 +45,17 @@ def test_gini_even_and_concentrated():
 
 
 def test_short_links_are_those_whose_receiver_recorded_fewer_rpcs_than_were_sent():
-    links = pd.DataFrame(
-        [("A", "B", 3, 1), ("B", "A", 1, 1), ("A", "C", 2, 0), ("C", "B", 1, 0), ("A", "X", 4, 0)],
-        columns=["node", "peer", "sent", "received"],
+    S, R = SEND_RPC, RECV_RPC
+    counts = pd.DataFrame(
+        [("A", S, "B", 3), ("B", R, "A", 1), ("B", S, "A", 1), ("A", R, "B", 1), ("A", S, "C", 2),
+         ("C", S, "B", 1), ("A", S, "X", 4), ("A", PUBLISH, None, 7)],
+        columns=["node", "type", "peer", "events"],
     )
-    # (node, peer, sent to peer, received from peer). A->B: 3 sent, B received 1; B->A: 1 sent, A
-    # received 1; A->C: 2 sent, C recorded nothing from A; C->B: 1 sent, B recorded nothing from C;
-    # A->X: X wrote no trace, so what it received is unknown and its link is not short
-    assert short_links(links, ["A", "B", "C"]) == [("A", "B", 1), ("A", "C", 0), ("C", "B", 0)]
-    assert short_links(links.iloc[0:0], ["A"]) == []
+    # (node, type, peer, events). A->B: 3 sent, B received 1; B->A: 1 sent, A received 1; A->C: 2 sent,
+    # C recorded nothing from A; C->B: 1 sent, B recorded nothing from C; A->X: X wrote no trace, so
+    # what it received is unknown and its link is not short
+    assert short_links(counts, ["A", "B", "C"]) == [("A", "B", 1), ("A", "C", 0), ("C", "B", 0)]
+    assert short_links(counts.iloc[0:0], ["A"]) == []
 
 
 def test_shortest_paths_take_the_cheaper_two_hop_route():
@@ -252,6 +256,26 @@ def test_no_messages(tmp_path, spark):  # noqa: F811
     assert not res[0].passed and "no value" in res[0].message
     assert math.isclose(s["mesh_degree"]["max"], 1)  # A's mesh {B} at t = 1 s and 2 s
     assert s["mesh_degree"]["mean"] == approx(2 / 6)
+
+
+@requires_java
+@pytest.mark.spark
+def test_control_time_series_counts_from_the_first_trace_event_for_traces_alone(tmp_path, spark):  # noqa: F811
+    """Without manifest.json or events.jsonl, t0 is the first trace event,
+    known only after the first round: the series still counts from it."""
+    b = worked_example(tmp_path)
+    b.manifest = None
+    b.log.clear()
+    b.publish("A", -2500, msg("A", 9))  # the traces now begin 2.5 s before the worked example's t0
+    root = b.write(with_events=False, with_topology=False)
+    analysis.run_analysis(root)
+    events = pd.concat([reference_table(p).to_pandas() for p in sorted((root / "traces").glob("*.pb"))])
+    t0 = int(events["ts"].min())
+    delivers = events[events["type"] == DELIVER]
+    want = ((delivers["ts"] - t0) // 1_000_000_000).value_counts().sort_index()
+    ts = pd.read_parquet(root / "metrics" / "timeseries_control.parquet").set_index("t_s")
+    assert t0 == -2500 * 1_000_000
+    assert ts.loc[ts["deliver"] > 0, "deliver"].to_dict() == want.to_dict()
 
 
 @requires_java
