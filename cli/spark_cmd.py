@@ -76,8 +76,8 @@ def start(
     warm: bool = typer.Option(
         True, "--warm-up/--no-warm-up",
         help="Before returning, have a new server analyse a tiny run, so that the first real analysis is warm; "
-        "then keep warming it in the background, pausing while an analysis runs (`testbed spark status` says when "
-        "that is done).",
+        "then keep warming it in the background, with the tiny run and then a 1M-event one (about half a minute "
+        "of CPU), pausing while an analysis runs (`testbed spark status` says when that is done).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the server as JSON."),
 ) -> None:
@@ -160,11 +160,14 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the status 
 
 
 def _warming_line(warming) -> str:
-    last = f", last {warming.last_s:.1f} s, best {warming.best_s:.1f} s" if warming.runs else ""
+    phases = [
+        f"{phase.runs} {name} analyses (last {phase.last_s:.1f} s, best {phase.best_s:.1f} s)"
+        for name, phase in (("small", warming.small), ("large", warming.large)) if phase.runs
+    ]
+    runs = " and ".join(phases) or "no analyses"
     if not warming.done:
-        return f"background warm-up: running ({warming.runs} analyses so far{last})"
-    return f"background warm-up: done after {warming.runs} analyses{last}" + (
-        f" ({warming.error})" if warming.error else "")
+        return f"background warm-up: running ({runs} so far)"
+    return f"background warm-up: done after {runs}" + (f" ({warming.error})" if warming.error else "")
 
 
 def register(app: typer.Typer) -> None:

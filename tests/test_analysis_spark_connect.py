@@ -5,6 +5,7 @@ analyze` with the same figures; one that is not gives exit 3 quickly."""
 from __future__ import annotations
 
 import json
+import time
 import os
 import shutil
 import subprocess
@@ -71,10 +72,16 @@ def test_a_running_server_serves_analyze(tmp_path):
         status = cli("spark", "status", "--json", state=state)
         assert status.returncode == 0 and json.loads(status.stdout)["up"] is True
         warming = json.loads(status.stdout)["warm_up"]  # start left the background warm-up running
-        assert warming["pid"] > 0 and warming["runs"] >= 0
+        assert warming["pid"] > 0 and warming["small"]["runs"] >= 0
         again = cli("spark", "start", "--json", state=state)  # already up: the same server
         assert json.loads(again.stdout)["pid"] == server["pid"]
         assert json.loads(again.stdout)["warm_up_s"] == 0  # a server already up is not warmed again
+        deadline = time.monotonic() + 300
+        while not (done := json.loads(cli("spark", "status", "--json", state=state).stdout)["warm_up"])["done"]:
+            assert time.monotonic() < deadline, done
+            time.sleep(1)
+        assert done["error"] is None and done["small"]["runs"] >= 1
+        assert done["large"]["runs"] >= 1 and done["large"]["best_s"] > 0  # the 1M-event run's plans warmed too
 
         run = copy_run(tmp_path)
         out = cli("analyze", str(run), "--json", state=state)  # no flag: the running server

@@ -20,8 +20,8 @@ def _detached_sleeper() -> subprocess.Popen:
 
 def test_a_running_warm_up_reads_as_running_and_stop_ends_it(tmp_path):
     proc = _detached_sleeper()
-    warming._write(tmp_path, warming.Warming(proc.pid, runs=2, last_s=1.5, best_s=1.2))
-    assert warming.read(tmp_path) == warming.Warming(proc.pid, runs=2, last_s=1.5, best_s=1.2)
+    warming._write(tmp_path, warming.Warming(proc.pid, warming.Phase(2, 1.5, 1.2)))
+    assert warming.read(tmp_path) == warming.Warming(proc.pid, warming.Phase(2, 1.5, 1.2))
     warming.stop(tmp_path)
     assert proc.wait(timeout=10) == -15  # SIGTERM
     assert warming.read(tmp_path) is None
@@ -31,16 +31,16 @@ def test_a_warm_up_whose_process_died_reads_as_done_with_an_error(tmp_path):
     proc = _detached_sleeper()
     proc.kill()
     proc.wait()
-    warming._write(tmp_path, warming.Warming(proc.pid, runs=1, last_s=2.0, best_s=2.0))
+    warming._write(tmp_path, warming.Warming(proc.pid, warming.Phase(1, 2.0, 2.0)))
     read = warming.read(tmp_path)
-    assert read.done and read.runs == 1 and "ended before it finished" in read.error
+    assert read.done and read.small.runs == 1 and "ended before it finished" in read.error
 
 
 def test_keep_warming_against_no_server_stops_at_once_and_says_why(tmp_path):
     began = time.monotonic()
     done = warming.keep_warming(tmp_path, "sc://127.0.0.1:1")
     assert time.monotonic() - began < 60
-    assert done.done and done.runs == 0 and "no Spark Connect server answers" in done.error
+    assert done.done and done.small.runs == 0 and "no Spark Connect server answers" in done.error
     assert warming.read(tmp_path) == done
     assert done.pid == os.getpid()
 
@@ -72,5 +72,5 @@ def test_a_detached_warm_up_against_no_server_ends_and_records_why(tmp_path):
     deadline = time.monotonic() + 120
     while not (read := warming.read(tmp_path)).done and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert read.pid == started.pid and read.runs == 0
+    assert read.pid == started.pid and read.small.runs == 0
     assert "no Spark Connect server answers" in read.error  # its own record, not "ended before it finished"
