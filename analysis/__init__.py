@@ -67,7 +67,7 @@ def run_analysis(
     report("starting Spark", None)
     spark = get_spark(spark_master, small=ing.events < SMALL_RUN_EVENTS, remote=spark_remote)
     try:
-        summary = compute(spark, run, events_dir, progress=lambda stage: report(stage, None))
+        summary = compute(spark, run, ing, progress=lambda stage: report(stage, None))
     finally:
         shutil.rmtree(events_dir, ignore_errors=True)
     summary["trace_files"] = ing.files

@@ -65,6 +65,9 @@ ROW_GROUP = 500_000
 # Below this many bytes of traces, decoding in the calling process beats
 # starting a pool.
 POOL_THRESHOLD_BYTES = 8 << 20
+# Up to this many events, decoded in this process, the analysis hands Spark
+# the table itself (metrics.events_frame)
+IN_MEMORY_MAX_EVENTS = 200_000
 # Trace bytes per Parquet file the decoding workers write (several trace
 # files to one Parquet file: Spark's cost per file read dwarfs a small file's)
 GROUP_BYTES = 64 << 20
@@ -486,15 +489,20 @@ def write_events(tables: list[pa.Table], out_path: Path) -> None:
             )
 
 
-def _decode_job(args: tuple[list[str], str, dict[bytes, str]]) -> list[TraceFileReport]:
-    """Decode a group of trace files into one Parquet file: Spark pays a
-    fixed cost per file it reads, far more than a small trace's decoding."""
-    paths, out, known = args
+def _decode_group(paths: list[str], known: dict[bytes, str]) -> tuple[list[pa.Table], list[TraceFileReport]]:
     tables, reports = [], []
     for path in paths:
         table, report = decode_table(Path(path), Path(path).stem, known)
         tables.append(table)
         reports.append(report)
+    return tables, reports
+
+
+def _decode_job(args: tuple[list[str], str, dict[bytes, str]]) -> list[TraceFileReport]:
+    """Decode a group of trace files into one Parquet file: Spark pays a
+    fixed cost per file it reads, far more than a small trace's decoding."""
+    paths, out, known = args
+    tables, reports = _decode_group(paths, known)
     write_events(tables, Path(out))
     return reports
 
@@ -526,10 +534,15 @@ def known_peer_ids(topology_nodes: list[dict]) -> dict[bytes, str]:
 
 @dataclass(frozen=True)
 class IngestResult:
+    """Where the decoded events are (Parquet files in `events_dir`; also
+    `table`, the events themselves, when a small run was decoded in this
+    process), how many trace files and events, and what each file held."""
+
     events_dir: Path
     files: int
     events: int
     reports: tuple[TraceFileReport, ...]
+    table: pa.Table | None = None
 
 
 def ingest(
@@ -562,11 +575,15 @@ def ingest(
         for i, group in enumerate(_groups(files, n_groups))
     ]
     reports: list[TraceFileReport] = []
+    table = None
     if progress:
         progress(0, len(files))
     if in_process:
-        for job in jobs:
-            reports.extend(_decode_job(job))
+        for paths, out, _ in jobs:
+            tables, reps = _decode_group(paths, known)
+            write_events(tables, Path(out))
+            reports.extend(reps)
+            table = pa.concat_tables(tables) if tables else rows_table([])
             if progress:
                 progress(len(reports), len(files))
     else:
@@ -577,4 +594,5 @@ def ingest(
                 if progress:
                     progress(len(reports), len(files))
     reports.sort(key=lambda r: r.file)
-    return IngestResult(out_dir, len(files), sum(r.records for r in reports), tuple(reports))
+    small = table is not None and len(table) <= IN_MEMORY_MAX_EVENTS
+    return IngestResult(out_dir, len(files), sum(r.records for r in reports), tuple(reports), table if small else None)

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from analysis import deliveries as dlv
 from analysis.ingest import SCHEMA as EVENTS_SCHEMA
+from analysis.ingest import IngestResult
 from analysis.implementations import declared, per_implementation
 from analysis.rundir import RunDir
 from node.trace_vocab import (
@@ -554,7 +555,18 @@ def unreceived_rpcs(spark, E, short: list[tuple[str, str, int]]) -> pd.DataFrame
     )
 
 
-def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, Any]:
+def events_frame(spark, ingested: IngestResult):
+    """The ingested events as a DataFrame: a small run's table handed over
+    as it is (a relation in memory: no Parquet reader and no file listing to
+    start, which on a new JVM is a good part of a small run's analysis), else
+    a scan of the Parquet files (vectorised, column-pruned, skipping the row
+    groups of the event types a query does not read)."""
+    if ingested.table is not None:
+        return spark.createDataFrame(ingested.table, schema=EVENTS_DDL)
+    return spark.read.schema(EVENTS_DDL).parquet(str(ingested.events_dir))
+
+
+def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[str, Any]:
     """All the metrics of a run: writes RUN_DIR/metrics/*.parquet, returns the summary.
 
     Spark actions over the events in two rounds, each round's at once:
@@ -572,11 +584,11 @@ def compute(spark, run: RunDir, events_dir: Path, progress=None) -> dict[str, An
 
     out_dir = run.metrics_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    _size_session(spark, sum(pq.read_metadata(p).num_rows for p in sorted(events_dir.glob("*.parquet"))))
-    # The events are not cached: each action scans the Parquet files for the
-    # few columns it reads (vectorised, column-pruned), which costs less than
-    # building an in-memory copy of every column first (docs/metrics.md).
-    E = spark.read.schema(EVENTS_DDL).parquet(str(events_dir))
+    _size_session(spark, ingested.events)
+    # The events are not cached: each action scans them for the few columns
+    # it reads, which costs less than building an in-memory copy of every
+    # column first (docs/metrics.md).
+    E = events_frame(spark, ingested)
 
     step("event counts, structure events, messages, first deliveries")
     counts, structure, msgs, first = _together(

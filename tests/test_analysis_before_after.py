@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 import analysis
+import analysis.ingest
 import analysis.metrics
 from tests.spark_fixtures import requires_java
 from tests.spark_fixtures import spark  # noqa: F401
@@ -49,12 +50,14 @@ def _records(path: Path, columns: list[str]) -> list[dict]:
 @requires_java
 @pytest.mark.spark
 @pytest.mark.parametrize("name", ["quick", "ci"])
-@pytest.mark.parametrize("expressions", ["interpreted", "compiled"])
-def test_summary_and_tables_unchanged(tmp_path, spark, name, expressions, monkeypatch):  # noqa: F811
-    """Tiny runs interpret Spark's expressions; larger ones compile them:
-    both give main's figures."""
-    if expressions == "compiled":
+@pytest.mark.parametrize("handled_as", ["small", "large"])
+def test_summary_and_tables_unchanged(tmp_path, spark, name, handled_as, monkeypatch):  # noqa: F811
+    """Tiny runs go to Spark as the decoded table and interpret Spark's
+    expressions; larger ones are scanned from Parquet files and compile
+    them: both give main's figures."""
+    if handled_as == "large":
         monkeypatch.setattr(analysis.metrics, "INTERPRETED_MAX_EVENTS", 0)
+        monkeypatch.setattr(analysis.ingest, "IN_MEMORY_MAX_EVENTS", 0)
     run = tmp_path / name
     shutil.copytree(FIXTURES / name, run, ignore=shutil.ignore_patterns("*.before.json"))
     after = analysis.run_analysis(run)

@@ -176,3 +176,12 @@ def test_each_row_group_holds_one_event_type(tmp_path):
             seen += meta.row_group(g).num_rows
         assert types == sorted(types) and len(set(types)) > 3
     assert seen == res.events
+
+
+def test_a_small_run_decoded_here_is_also_handed_over_as_the_table(tmp_path, monkeypatch):
+    files = sorted(QUICK.glob("*.pb"))
+    res = ingest.ingest(files, tmp_path / "small", workers=1)
+    assert res.table is not None and res.table.num_rows == res.events
+    assert res.table.sort_by(ingest.TABLE_ORDER).equals(pq.read_table(tmp_path / "small").sort_by(ingest.TABLE_ORDER))
+    monkeypatch.setattr(ingest, "IN_MEMORY_MAX_EVENTS", res.events - 1)
+    assert ingest.ingest(files, tmp_path / "larger", workers=1).table is None  # too many events: the files only
