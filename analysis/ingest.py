@@ -575,15 +575,16 @@ def ingest(
         for i, group in enumerate(_groups(files, n_groups))
     ]
     reports: list[TraceFileReport] = []
-    table = None
+    decoded: list[pa.Table] | None = None  # the tables, when decoded here
     if progress:
         progress(0, len(files))
     if in_process:
+        decoded = []
         for paths, out, _ in jobs:
             tables, reps = _decode_group(paths, known)
             write_events(tables, Path(out))
+            decoded.extend(tables)
             reports.extend(reps)
-            table = pa.concat_tables(tables) if tables else rows_table([])
             if progress:
                 progress(len(reports), len(files))
     else:
@@ -594,5 +595,7 @@ def ingest(
                 if progress:
                     progress(len(reports), len(files))
     reports.sort(key=lambda r: r.file)
-    small = table is not None and len(table) <= IN_MEMORY_MAX_EVENTS
-    return IngestResult(out_dir, len(files), sum(r.records for r in reports), tuple(reports), table if small else None)
+    events = sum(r.records for r in reports)
+    small = decoded is not None and events <= IN_MEMORY_MAX_EVENTS
+    table = (pa.concat_tables(decoded) if decoded else rows_table([])) if small else None
+    return IngestResult(out_dir, len(files), events, tuple(reports), table)
