@@ -14,10 +14,12 @@ take the plans of large runs (whole-stage code generation, more shuffle
 partitions: metrics._size_session), whose generated code a small run never
 runs: without it a server's first 10M-event analysis took 23.5 s and its
 fourth 12 s; after three 1M-event warm-up runs the first took 15.4 s and the
-second 12.1 s. It starts no run while a real analysis through the server is
-going on (`analysing`): the two would share the server and the cores, and
-the user's is the one waited for (an analysis that begins during a warm-up
-run shares the server with it until that run ends: a few seconds at most).
+second 12.1 s. It starts no run while a real analysis through the server, or an
+experiment on this host, is going on (`analysing`): the two would share the
+server and the cores, and the user's is the one waited for (and an
+experiment's figures would pay for the CPU). An analysis or experiment that
+begins during a warm-up run shares the cores with it until that run ends: a
+few seconds at most.
 
     python -m analysis.warming STATE_DIR URL     # what `spark start` detaches
 """
@@ -90,9 +92,10 @@ def _write(state_dir: Path, warming: Warming) -> None:
 
 @contextmanager
 def analysing(state_dir: Path) -> Iterator[None]:
-    """Held around an analysis through this state directory's server: the
-    background warm-up waits for every such analysis to end before it starts
-    its next run (any number of analyses hold it at once)."""
+    """Held around an analysis through this state directory's server, and
+    around an experiment while that server is up: the background warm-up
+    waits for every such holder to end before it starts its next run (any
+    number hold it at once)."""
     with open(state_dir / BUSY_FILE, "a") as busy:
         fcntl.flock(busy, fcntl.LOCK_SH)
         yield

@@ -56,6 +56,22 @@ def analysis_endpoint(spark_master: str | None, spark_remote: str | None) -> Ite
         yield url
 
 
+@contextmanager
+def experiment_running() -> Iterator[None]:
+    """Held while an experiment runs on this host: the background warm-up of
+    the server `testbed spark start` left running starts no run of its own
+    meanwhile (its large phase is half a minute of CPU the routers would
+    lose, and their figures with it)."""
+    from analysis.connect import running
+    from analysis.warming import analysing
+
+    if running(state_dir()) is None:
+        yield
+        return
+    with analysing(state_dir()):
+        yield
+
+
 def _table(server, title: str) -> Table:
     t = Table(title=title, show_header=False)
     t.add_column("")

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.postrun import finish_runs, plan_runs, print_outcome, warm_up_analysis
+from cli.spark_cmd import experiment_running
 from orchestrator.backends import BACKENDS, default_backend
 from orchestrator.errors import InputError
 from orchestrator.lifecycle import Verb, why_not
@@ -133,9 +134,10 @@ def run(
         warm_up_analysis()
     results = []
     for planned in plan.runs:
-        ctl = run_experiment(
-            planned.resolved, planned.resolved_yaml, backend_name, planned.run_dir, reporter=_reporter(as_json)
-        )
+        with experiment_running():
+            ctl = run_experiment(
+                planned.resolved, planned.resolved_yaml, backend_name, planned.run_dir, reporter=_reporter(as_json)
+            )
         results.append({"variant": planned.variant, "run_dir": str(ctl.run_dir), "warnings": ctl.warnings})
         if not as_json:
             for warning in ctl.warnings:

@@ -74,3 +74,30 @@ def test_a_detached_warm_up_against_no_server_ends_and_records_why(tmp_path):
         time.sleep(0.2)
     assert read.pid == started.pid and read.small.runs == 0
     assert "no Spark Connect server answers" in read.error  # its own record, not "ended before it finished"
+
+
+def test_an_experiment_holds_the_warm_up_off_only_while_a_server_is_up(tmp_path, monkeypatch):
+    """`testbed run` wraps each experiment in experiment_running: with the
+    local server up, the warm-up's exclusive lock cannot be had meanwhile."""
+    import fcntl
+
+    import analysis.connect
+    from cli import spark_cmd
+
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path))
+
+    def warm_up_could_start() -> bool:
+        with open(tmp_path / warming.BUSY_FILE, "a") as busy:
+            try:
+                fcntl.flock(busy, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+
+    monkeypatch.setattr(analysis.connect, "running", lambda state_dir: object())
+    with spark_cmd.experiment_running():
+        assert not warm_up_could_start()
+    assert warm_up_could_start()
+    monkeypatch.setattr(analysis.connect, "running", lambda state_dir: None)
+    with spark_cmd.experiment_running():  # no server: nothing to hold off
+        assert warm_up_could_start()
