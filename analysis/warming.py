@@ -12,9 +12,8 @@ progress in the state directory for `testbed spark status`. Then it does the
 same, up to LARGE_MAX_RUNS times, with a synthetic run just large enough to
 take the plans of large runs (whole-stage code generation, more shuffle
 partitions: metrics._size_session), whose generated code a small run never
-runs: without it a server's first 10M-event analysis took 23.5 s and its
-fourth 12 s; after three 1M-event warm-up runs the first took 15.4 s and the
-second 12.1 s. It starts no run while a real analysis through the server, or an
+runs: without it a server's first three 10M-event analyses took 23.5, 15.3
+and 13.4 s (12 s from the fourth on), after it 13.6, 12.6 and 11.7 s. It starts no run while a real analysis through the server, or an
 experiment on this host, is going on (`analysing`): the two would share the
 server and the cores, and the user's is the one waited for (and an
 experiment's figures would pay for the CPU). An analysis or experiment that

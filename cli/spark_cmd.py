@@ -93,7 +93,7 @@ def start(
         True, "--warm-up/--no-warm-up",
         help="Before returning, have a new server analyse a tiny run, so that the first real analysis is warm; "
         "then keep warming it in the background, with the tiny run and then a 1M-event one (about half a minute "
-        "of CPU), pausing while an analysis runs (`testbed spark status` says when that is done).",
+        "of CPU), pausing while an analysis or an experiment runs (`testbed spark status` says when that is done).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the server as JSON."),
 ) -> None:
