@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
 import typer
@@ -49,10 +49,7 @@ def analysis_endpoint(spark_master: str | None, spark_remote: str | None) -> Ite
 
     url = spark_endpoint(spark_master, spark_remote)
     server = running(state_dir()) if url is not None else None
-    if server is None or server.url != url:
-        yield url
-        return
-    with analysing(state_dir()):
+    with analysing(state_dir()) if server is not None and server.url == url else nullcontext():
         yield url
 
 
@@ -65,10 +62,7 @@ def experiment_running() -> Iterator[None]:
     from analysis.connect import running
     from analysis.warming import analysing
 
-    if running(state_dir()) is None:
-        yield
-        return
-    with analysing(state_dir()):
+    with analysing(state_dir()) if running(state_dir()) is not None else nullcontext():
         yield
 
 
