@@ -69,10 +69,10 @@ CODEGEN_MIN_EVENTS = 1_000_000
 # run compiling each query's projections and aggregations (Janino) is most of
 # the Spark server's CPU (3k events warm through Connect: 2.9 -> 2.0 CPU s).
 INTERPRETED_MAX_EVENTS = 100_000
-# The ingested table's schema for Spark: given, not inferred (inferring it
+# The ingested table's columns for Spark: given, not inferred (inferring them
 # from the Parquet footers is a Spark job of its own)
-_SPARK_TYPES = {pa.string(): "string", pa.int8(): "tinyint", pa.int32(): "int", pa.int64(): "bigint"}
-EVENTS_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in EVENTS_SCHEMA)
+_SPARK_TYPES = {pa.string(): "string", pa.int8(): "tinyint", pa.int32(): "int", pa.int64(): "long"}
+EVENTS_COLUMNS = [(f.name, _SPARK_TYPES[f.type]) for f in EVENTS_SCHEMA]
 
 
 @dataclass
@@ -292,7 +292,18 @@ def local_frame(spark, rows: list[tuple], columns: list[tuple[str, str]]):
             pdf[name] = pdf[name].astype("float64")
         else:
             pdf[name] = pdf[name].astype("object")
-    return spark.createDataFrame(pdf, ", ".join(f"{name} {kind}" for name, kind in columns))
+    return spark.createDataFrame(pdf, spark_schema(columns))
+
+
+def spark_schema(columns: list[tuple[str, str]]):
+    """The Spark schema of (name, type) columns, built here: given as DDL,
+    a classic session would parse it in the JVM, whose parser's first use
+    costs a new JVM about a quarter of a second (docs/metrics.md)."""
+    from pyspark.sql import types as T
+
+    kinds = {"string": T.StringType(), "tinyint": T.ByteType(), "int": T.IntegerType(), "long": T.LongType(),
+             "double": T.DoubleType(), "array<string>": T.ArrayType(T.StringType())}
+    return T.StructType([T.StructField(name, kinds[kind]) for name, kind in columns])
 
 
 def _write_table(table: pa.Table, path: Path) -> None:
@@ -561,9 +572,10 @@ def events_frame(spark, ingested: IngestResult):
     start, which on a new JVM is a good part of a small run's analysis), else
     a scan of the Parquet files (vectorised, column-pruned, skipping the row
     groups of the event types a query does not read)."""
+    schema = spark_schema(EVENTS_COLUMNS)
     if ingested.table is not None:
-        return spark.createDataFrame(ingested.table, schema=EVENTS_DDL)
-    return spark.read.schema(EVENTS_DDL).parquet(str(ingested.events_dir))
+        return spark.createDataFrame(ingested.table, schema=schema)
+    return spark.read.schema(schema).parquet(str(ingested.events_dir))
 
 
 def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[str, Any]:
