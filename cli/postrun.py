@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 
 from cli.tables import expectation_lines
 from orchestrator.errors import BackendUnavailable, InputError
-from orchestrator.experiment.model import ResolvedExperiment
-from orchestrator.experiment.spec import load_experiment, resolved_to_yaml
-from orchestrator.rundir import default_run_dir
+
+if TYPE_CHECKING:
+    from orchestrator.experiment.model import ResolvedExperiment
 
 err = Console(stderr=True)
 out = Console()
@@ -44,6 +44,9 @@ class Plan:
 def plan_runs(file: Path, seed: int | None, out_dir: Path | None, backend: str, variant: str | None) -> Plan:
     """One run per variant of the file (or the file itself); `--variant`
     picks one. With variants, `out_dir` is the parent of `<variant>/` run dirs."""
+    from orchestrator.experiment.spec import load_experiment, resolved_to_yaml
+    from orchestrator.rundir import default_run_dir
+
     if not file.is_file():
         raise InputError(f"{file}: no such experiment file")
     experiment = load_experiment(file)

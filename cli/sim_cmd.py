@@ -13,9 +13,7 @@ from rich.console import Console
 
 from cli.postrun import finish_runs, plan_runs, print_outcome
 from cli.tables import SIM_ROWS, runs_table
-from orchestrator.foreign import refuse_in_simulator
 from orchestrator.progress import Reporter, RichReporter
-from orchestrator.sim_run import run_simulation
 
 console = Console()
 
@@ -31,6 +29,9 @@ def sim(
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON document.")] = False,
 ) -> None:
     """Simulate an experiment on a virtual clock (deterministic for a seed)."""
+    from orchestrator.foreign import refuse_in_simulator
+    from orchestrator.sim_run import run_simulation
+
     plan = plan_runs(file, seed, out, "sim", variant)
     for run in plan.runs:
         refuse_in_simulator(run.resolved.nodes)

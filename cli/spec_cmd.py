@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dataclasses
 
@@ -16,14 +16,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator import graphs
-from orchestrator.experiment.model import ResolvedExperiment
-from orchestrator.experiment.spec import Experiment, experiment_json_schema, load_experiment
-from orchestrator.foreign import router_kind
-from orchestrator.links import format_rate
+if TYPE_CHECKING:
+    from orchestrator.experiment.model import ResolvedExperiment
+    from orchestrator.experiment.spec import Experiment
 
 
 def summary(exp: Experiment, r: ResolvedExperiment) -> dict[str, Any]:
+    from orchestrator import graphs
+
     names = [n.name for n in r.nodes]
     deg = graphs.degrees(names, r.edges)
     groups = []
@@ -62,6 +62,8 @@ def summary(exp: Experiment, r: ResolvedExperiment) -> dict[str, Any]:
 
 
 def _non_default_params(router: str, params: Any) -> dict[str, Any]:
+    from orchestrator.foreign import router_kind
+
     kind = router_kind(router)
     defaults = dataclasses.asdict(kind.make_params({}))
     return {k: v for k, v in params.items() if defaults.get(k) != v}
@@ -99,6 +101,8 @@ def variant_summaries(exp: Experiment, base: ResolvedExperiment) -> list[dict[st
 
 
 def _print(s: dict[str, Any], console: Console) -> None:
+    from orchestrator.links import format_rate
+
     console.print(f"[bold]{s['name']}[/] ({s['file']}): valid; seed {s['seed']}, digest {s['digest']}")
     table = Table(show_header=True, header_style="bold")
     for col in ("group", "router", "nodes", "names", "topics", "region", "uplink"):
@@ -155,6 +159,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     ) -> None:
         """Check an experiment file and show what it resolves to (exit 2 if it is wrong)."""
+        from orchestrator.experiment.spec import load_experiment
+
         exp = load_experiment(file)
         resolved = exp.resolve(seed)
         s = summary(exp, resolved)
@@ -166,4 +172,6 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def schema() -> None:
         """Print the JSON Schema of experiment files."""
+        from orchestrator.experiment.spec import experiment_json_schema
+
         typer.echo(json.dumps(experiment_json_schema(), indent=2))

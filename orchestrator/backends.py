@@ -14,9 +14,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+from typing import TYPE_CHECKING
 
-from orchestrator.backend import Backend, BackendContext
 from orchestrator.errors import BackendUnavailable, InputError
+
+if TYPE_CHECKING:  # the CLI imports this module at start-up, the backends only when one runs
+    from orchestrator.backend import Backend, BackendContext
 
 # Order is cleanup order for `down --all`: swarm before docker, since a
 # swarm's task containers and overlay carry the same labels and only the
@@ -46,6 +49,8 @@ def _register_from_env() -> None:
 
 
 def backend_class(name: str) -> type[Backend]:
+    from orchestrator.backend import Backend
+
     target = BACKENDS.get(name)
     if target is None:
         raise InputError(f"unknown backend {name!r} (known: {', '.join(sorted(BACKENDS))})")
