@@ -5,8 +5,10 @@ share the session's Spark; the bad-input cases run the real console script."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -51,6 +53,37 @@ def test_bad_assertion_exits_2_before_any_analysis(tmp_path, expr):
     assert out.returncode == 2
     assert "bad assertion" in out.stderr
     assert not (root / "summary.json").exists()
+
+
+def _processes_with(marker: str) -> list[int]:
+    """The live processes whose environment holds `marker`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+@requires_java
+def test_analyze_ends_its_jvm_and_removes_its_files(tmp_path):
+    """When the console script has exited, the JVM it started is gone (left
+    to itself it shuts down for about half a second more, holding the
+    caller's pipes), and so are Spark's and the JVM's temporary files."""
+    root = worked_example(tmp_path).write()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    marker = f"analyze-{uuid.uuid4().hex}"
+    env = dict(os.environ, TMPDIR=str(tmp), TESTBED_STATE_DIR=str(tmp_path / "state"), JVM_TEST_MARKER=marker)
+    env.pop("SPARK_REMOTE", None)
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.run([TESTBED, "analyze", str(root), "--json"], stdout=out, stderr=err, env=env, timeout=300)
+    assert proc.returncode == 0, (tmp_path / "err").read_text()
+    assert json.loads((tmp_path / "out").read_text())["deliveries"] == 10
+    assert _processes_with(marker) == []
+    assert [p.name for p in tmp.iterdir()] == [f"gossip-testbed-log4j2-{os.getuid()}.properties"]
 
 
 def test_assertion_parser_and_lookup():
