@@ -13,12 +13,12 @@ that `testbed run` can hide it behind the experiment; `get_spark` then waits
 for that start instead of beginning another.
 
 A classic session on a local master keeps its files (shuffle blocks,
-PySpark's hand-over files, the JVM's temporary files) in a directory of its own, and when the process
-exits its JVM is ended at once and that directory removed: left to itself,
-the JVM shuts down after we have gone (about 0.6 s here, most of it Spark's
-shutdown hooks), still holding our stdout and stderr, so that a caller
-reading them (a script, CI, `| jq`) waits for it. By then every result is
-written: Spark computes, the driver writes.
+PySpark's hand-over files, the JVM's temporary files) in a directory of its
+own, and when the process exits its JVM is ended at once and that directory
+removed: left to itself, the JVM shuts down after we have gone (about 0.6 s
+here, most of it Spark's shutdown hooks), still holding our stdout and
+stderr, so that a caller reading them (a script, CI, `| jq`) waits for it.
+By then every result is written: Spark computes, the driver writes.
 """
 
 from __future__ import annotations

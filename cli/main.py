@@ -1,6 +1,9 @@
 """The `testbed` entry point. Each command lives in its own module under cli/
 with a `register(app)` function; this module only assembles them and turns
-TestbedError into one clear message and its exit code."""
+TestbedError into one clear message and its exit code. Every command module
+is imported at start-up, so each imports at module level only what its
+options need, and the rest (the experiment model, the simulator, backends,
+Spark) when its command runs: `testbed --help` starts in about 0.25 s."""
 
 from __future__ import annotations
 
