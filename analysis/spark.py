@@ -244,8 +244,15 @@ def _classic(master: str | None, small: bool):
 
 
 def _end_jvm(proc, local_dir: str) -> None:
-    """At exit: end the session's JVM now and remove its files (module comment)."""
+    """At exit: end the session's JVM now and remove its files (module
+    comment). The gateway is shut down first, so that the Java objects the
+    interpreter frees after this send nothing to a JVM that is gone (py4j
+    would log each failed send as an error)."""
+    from pyspark import SparkContext
+
     if proc is not None and proc.poll() is None:
+        if SparkContext._gateway is not None:
+            SparkContext._gateway.shutdown()
         proc.kill()
         proc.wait()
     shutil.rmtree(local_dir, ignore_errors=True)
