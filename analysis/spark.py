@@ -29,9 +29,16 @@ import shutil
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 from node.errors import BackendUnavailable
+
+# PySpark warns that it does not yet fully support pandas 3 (the version the
+# lock pins); the analysis' results on it are what its tests check. Silenced
+# here, for every session (the one `start_in_background` starts included: it
+# printed the warning in the middle of `testbed run`'s progress).
+warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
 
 _LOG4J_TEXT = """\
 # Spark's log output while the analysis runs: errors only, on stderr.
@@ -155,9 +162,6 @@ def get_spark(master: str | None = None, small: bool = False, remote: str | None
     """The process's SparkSession, created on first use: a Connect session
     when `remote` (or $SPARK_REMOTE) names a server, else a classic one.
     `small`: the input is small, prefer a quick JVM start over peak throughput."""
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
     remote = remote or os.environ.get("SPARK_REMOTE")
     if remote and not master:
         return _connect(remote)
