@@ -224,6 +224,9 @@ def _classic(master: str | None, small: bool):
     builder = SparkSession.builder.master(master).appName("gossip-testbed analysis")
     conf = session_conf(master, small)
     local_dir = None
+    # Only where the JVM's options are ours (else its own temporary files could
+    # not be moved, and a JVM ended at exit would leave them in /tmp) and no
+    # one chose where Spark's files go.
     if master.startswith("local") and "spark.driver.extraJavaOptions" in conf and not (
         "spark.local.dir" in _spark_defaults() or os.environ.get("SPARK_LOCAL_DIRS")
     ):
@@ -241,22 +244,21 @@ def _classic(master: str | None, small: bool):
         if local_dir:
             shutil.rmtree(local_dir, ignore_errors=True)
         raise BackendUnavailable(f"could not start Spark ({master}): {exc}") from None
-    if local_dir:  # the JVM is ours unless PySpark was given one to join (PYSPARK_GATEWAY_PORT)
-        atexit.register(_end_jvm, getattr(spark.sparkContext._gateway, "proc", None), local_dir)
+    if local_dir:
+        atexit.register(_end_jvm, spark.sparkContext._gateway, local_dir)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def _end_jvm(proc, local_dir: str) -> None:
+def _end_jvm(gateway, local_dir: str) -> None:
     """At exit: end the session's JVM now and remove its files (module
-    comment). The gateway is shut down first, so that the Java objects the
-    interpreter frees after this send nothing to a JVM that is gone (py4j
-    would log each failed send as an error)."""
-    from pyspark import SparkContext
-
+    comment). The JVM is ours unless PySpark was given one to join
+    (PYSPARK_GATEWAY_PORT: no `proc`). The gateway is shut down first, so that
+    the Java objects the interpreter frees after this send nothing to a JVM
+    that is gone (py4j would log each failed send as an error)."""
+    proc = getattr(gateway, "proc", None)
     if proc is not None and proc.poll() is None:
-        if SparkContext._gateway is not None:
-            SparkContext._gateway.shutdown()
+        gateway.shutdown()
         proc.kill()
         proc.wait()
     shutil.rmtree(local_dir, ignore_errors=True)
