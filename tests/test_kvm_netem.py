@@ -86,8 +86,7 @@ def test_parsing_a_report_reads_every_figure():
             "rtt min/avg/max/mdev = 9.1/10.6/12.0/0.8 ms", "@@end")]
         + [line for link in netem.links() if link.rate_bps for line in (
             f"@@begin rate {link.name}", "1000 2.00 251000 3.00", "@@end")]
-        + ["@@begin rate uplink-b", "0 1.00 1000000 2.00", "@@end",
-           "@@begin rate uplink-e", "0 1.00 500000 2.00", "@@end"]
+        + ["@@begin rate uplink", "0 1.00 1500000 2.00", "@@end"]
         + ["@@done"]
     )
     result = netem.parse(console, 1.0)
