@@ -69,6 +69,15 @@ if command -v cargo >/dev/null; then
     echo "bootstrap: could not build the rust-libp2p adapter; the rust-libp2p router is unavailable" >&2
 fi
 
+# The delay line (orchestrator/native/delayline): per-link delay, jitter and
+# loss for the docker backend on hosts whose kernel has no sch_netem. No
+# dependencies, so cargo builds it offline. Optional: without it the routers
+# delay their own frames (orchestrator/delayline.py says what that costs).
+if command -v cargo >/dev/null; then
+  .venv/bin/python -c 'from orchestrator.delayline import build; build()' ||
+    echo "bootstrap: could not build the delay line; on a host without netem the routers delay their own frames" >&2
+fi
+
 # The router image for the Docker backend is built here, where set-up may
 # download (wheels from PyPI, a Debian base by debootstrap where no registry
 # answers), so that runs never do. Content-hashed: a no-op when up to date.

@@ -333,6 +333,7 @@ def _experiment(d: dict[str, Any]) -> str:
         ("shaping path", _Raw(f"<code>{esc(shaping.get('path') or '–')}</code>")),
         ("netem available", shaping.get("netem_available")),
         ("shaping detail", shaping.get("detail")),
+        ("delay line", _delay_line(m.get("delay_line"))),
         ("tool version", m.get("version")),
         ("host", host.get("platform")),
         ("kernel", host.get("kernel")),
@@ -342,6 +343,16 @@ def _experiment(d: dict[str, Any]) -> str:
         ("run directory", str(run.path)),
     ]
     return f'<div class="two">{_kv(left)}{_kv(right)}</div>'
+
+
+def _delay_line(stats: dict[str, Any] | None) -> str | None:
+    """What the host's delay line (path delayline+htb) did: packets it held and how late it let them go."""
+    if not stats:
+        return None
+    late = stats.get("late_us") or {}
+    return (f"{stats.get('shaped', 0):,} packets delayed, {stats.get('dropped_loss', 0):,} dropped for loss; "
+            f"released late by {late.get('p50', 0)} us (p50), {late.get('p99', 0)} us (p99), "
+            f"{late.get('max', 0)} us (max)")
 
 
 CARDS = [

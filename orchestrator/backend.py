@@ -46,9 +46,10 @@ class NodeAddress:
 @dataclass(frozen=True)
 class ShapingCapabilities:
     """What this backend can shape in the kernel here. `path` is recorded in the
-    manifest: 'netem' (kernel delay/jitter/loss + htb rate), 'userspace+htb'
-    (delay/jitter/loss in the node, rate in the kernel) or 'userspace' (all in
-    the node)."""
+    manifest: 'netem' (kernel delay/jitter/loss + htb rate), 'delayline+htb'
+    (delay/jitter/loss by the host's delay line, orchestrator/delayline.py,
+    rate by htb), 'userspace+htb' (delay/jitter/loss in the node, rate in the
+    kernel) or 'userspace' (all in the node)."""
 
     kernel_delay: bool
     kernel_rate: bool
@@ -208,6 +209,11 @@ class Backend(ABC):
         """CPU seconds each running router has used since it started; empty
         where the backend cannot tell (orchestrator/router_cpu.py)."""
         return {}
+
+    def shaping_warnings(self) -> list[str]:
+        """Where links were not shaped as asked, found when the testbed ended
+        (read after `destroy`, for the manifest's warnings)."""
+        return []
 
     def manifest_facts(self) -> dict[str, Any]:
         """Backend-specific facts for manifest.json (read after

@@ -429,6 +429,7 @@ class Controller:
             extra["isolation"] = isolation
         extra.update(self.backend.manifest_facts())
         if final:
+            self.warnings.extend(self.backend.shaping_warnings())
             extra["wall_time_s"] = round((time.time_ns() - (t0 or time.time_ns())) / 1e9, 3)
             extra["event_loop_lag"], warning = lag_summary(read_lag_files(self.run_dir, list(self.nodes), lags or {}))
             if warning:
@@ -438,6 +439,6 @@ class Controller:
             name=record.get("experiment_name", self.testbed), seed=record.get("seed"), clock="wall", t0_ns=t0,
             workload_t0_ns=self.workload_t0_ns or record.get("workload_t0_ns"),
             started_at=self.started_at or record.get("started_at"), shaping_path=caps.get("path"),
-            netem_available=caps.get("kernel_delay") if self.backend.capabilities.kernel_shaping else None,
+            netem_available=caps.get("path") == "netem" if self.backend.capabilities.kernel_shaping else None,
             shaping_detail=caps.get("detail"), nodes=len(self.nodes), warnings=self.warnings, **extra,
         ))

@@ -177,6 +177,7 @@ class DockerBackend(NetnsMixin, Backend):
             self.image = ensure_image(reporter=self.reporter)
         self._image_binds(self.image)
         self._create_network(len(nodes))
+        self.prepare_host_network(len(nodes))
         for node in nodes:
             self._allocate(node)
         for sub in ("configs", "traces", "node-logs"):
@@ -193,11 +194,11 @@ class DockerBackend(NetnsMixin, Backend):
         if self._subnet is None:
             raise TestbedError("DockerBackend.prepare must run before nodes get addresses")
         used = set(self.ips.values()) | {self._gateway}
-        for host in self._subnet.hosts():
-            if str(host) not in used:
-                self.ips[node] = str(host)
-                return str(host)
-        raise TestbedError(f"subnet {self._subnet} of testbed {self.testbed!r} is full")
+        free = next((str(host) for host in self._subnet.hosts() if str(host) not in used), None)
+        if free is None:
+            raise TestbedError(f"subnet {self._subnet} of testbed {self.testbed!r} is full")
+        self.ips[node] = free
+        return free
 
     def _create_network(self, count: int) -> None:
         self._network, self._subnet, self._gateway = create_network(
@@ -340,9 +341,7 @@ class DockerBackend(NetnsMixin, Backend):
 
     def is_running(self, node: str) -> bool:
         container = self._container_or_none(node)
-        if container is None:
-            return False
-        return container.status in ("running", "paused", "restarting")
+        return container is not None and container.status in ("running", "paused", "restarting")
 
     def status(self, node: str) -> str:
         container = self._container_or_none(node)
@@ -399,9 +398,9 @@ class DockerBackend(NetnsMixin, Backend):
                 self.image = container.attrs.get("Config", {}).get("Image")
 
     def manifest_facts(self) -> dict[str, Any]:
-        """Each foreign node's shaping proxy (docker_proxy.ProxyInfo), and the
-        host directories the router image's code and libraries are mounted from."""
-        facts: dict[str, Any] = {"shaping_proxies": self.proxies} if self.proxies else {}
+        """Each foreign node's shaping proxy (docker_proxy.ProxyInfo), the host's network facts
+        (docker_netns), and the host directories the router image's code and libraries are mounted from."""
+        facts: dict[str, Any] = ({"shaping_proxies": self.proxies} if self.proxies else {}) | self.host_network_facts()
         if self._shared:
             facts["shared_image_tree"] = {bind["bind"]: path for path, bind in self._shared.items()}
         return facts
@@ -430,6 +429,7 @@ class DockerBackend(NetnsMixin, Backend):
         try:
             if not self._collected:
                 self.collect_traces()
+            self.end_host_network()
         except Exception:  # noqa: BLE001 - destroy must go on
             pass
         try:

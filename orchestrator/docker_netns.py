@@ -24,15 +24,20 @@ import os
 import shlex
 import shutil
 import subprocess
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from node.config import LinkShape
-from orchestrator import tc
+from orchestrator import delayline, neighbours, tc
 from orchestrator.backend import ShapingCapabilities
 from orchestrator.errors import BackendUnavailable, TestbedError
+from orchestrator.progress import Reporter
+from orchestrator.state import StateStore
 
 DEFAULT_PEER = "*"  # per_peer key for every destination not listed
+DELAY_LINE_PATH = "delayline+htb"  # delay/jitter/loss by orchestrator/delayline.py, rate by htb in the netns
 
 
 class NetnsMixin:
@@ -40,11 +45,20 @@ class NetnsMixin:
     ips: dict[str, str]
     commands_run: list[str]
     _gateway: str | None
+    _subnet: Any
     _partitions: dict[str, set[str]]
     _caps: ShapingCapabilities | None
     # nodes whose current namespace holds a qdisc this object put there; a
     # (re)started node has a fresh namespace and leaves the set
     _tc_applied: set[str]
+    _delay: delayline.DelayLine | None = None  # this testbed's, once shaping needed it
+    _delay_end: tuple[dict[str, Any] | None, bool] | None = None  # its final statistics, whether it still ran
+    _overflows_at_start: int | None = None  # the host's neighbour table refusals before the run
+    _overflows: int | None = None  # ... and during it
+    reporter: Reporter
+    store: StateStore
+    testbed: str
+    state_scope: str
 
     def disconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
         """None/empty: leave the Docker network (every connection dies, as a
@@ -101,12 +115,70 @@ class NetnsMixin:
         What was asked is kept in run_dir/configs/<node>.kernel-shaping.json,
         so a restart or reconnect (from any process) applies it again."""
         self._attach()
+        path = self.shaping_capabilities().path
         self._shaping_file(node).write_text(json.dumps({
             "per_peer": {p: dataclasses.asdict(s) for p, s in sorted(per_peer.items())},
             "uplink_bps": uplink_bps,
-            "path": self.shaping_capabilities().path,
+            "path": path,
         }, indent=1) + "\n")
-        return self._apply_tc(node)
+        cmds = self._apply_tc(node)  # first: it refuses peers with no address
+        if path == DELAY_LINE_PATH:
+            self._delay_line().set_source(self.ips[node], {
+                p if p == DEFAULT_PEER else self.ips[p]: s for p, s in per_peer.items()})
+        return cmds
+
+    def _delay_line(self) -> delayline.DelayLine:
+        """This testbed's delay line, started on its bridge when it is not running."""
+        if self._delay is None:
+            network = self._network_obj()
+            bridge = (network.attrs.get("Options") or {}).get("com.docker.network.bridge.name") \
+                or f"br-{network.id[:12]}"
+            line = self._testbed_delay_line()
+            line.ensure(bridge, str(self._subnet), seed=zlib.crc32(f"{self.testbed}:{self.run_dir.name}".encode()))
+            self._delay = line
+        return self._delay
+
+    def _testbed_delay_line(self) -> delayline.DelayLine:
+        return delayline.DelayLine(self.store.dir(self.testbed) / "delay-line",
+                                   delayline.tag_of(self.testbed, self.state_scope))
+
+    def prepare_host_network(self, containers: int) -> None:
+        """Room for `containers` in the host's neighbour table
+        (orchestrator/neighbours.py), and its overflow count now, which
+        `end_host_network` compares with (another process: from the
+        testbed's record)."""
+        note = neighbours.ensure_room(containers)
+        if note:
+            self.reporter.note(note)
+        self._overflows_at_start = neighbours.overflows()
+        if self.store.exists(self.testbed):
+            self.store.update(self.testbed, lambda r: r.update(neighbour_overflows=self._overflows_at_start))
+
+    def end_host_network(self) -> None:
+        """End the testbed's delay line, if it has one, keeping its final
+        statistics, and count the neighbour table's overflows since
+        `prepare_host_network`: for the manifest (`shaping_warnings`,
+        `host_network_facts`)."""
+        line = self._delay or self._testbed_delay_line()
+        if line.stats_path.exists() or line.running() is not None:
+            self._delay_end = line.end(keep_log=self.run_dir / "delay-line.log")
+        at_start = self._overflows_at_start
+        if at_start is None:
+            at_start = (self.store.load(self.testbed) or {}).get("neighbour_overflows")
+        if at_start is not None:
+            self._overflows = neighbours.overflows() - at_start
+
+    def host_network_facts(self) -> dict[str, Any]:
+        facts: dict[str, Any] = {"delay_line": self._delay_end[0]} if self._delay_end is not None else {}
+        return facts | ({"neighbour_table_overflows": self._overflows} if self._overflows is not None else {})
+
+    def shaping_warnings(self) -> list[str]:
+        warnings = [delayline.warning(*self._delay_end)] if self._delay_end is not None else []
+        if self._overflows:
+            warnings.append(f"the host's neighbour (ARP) table was full {self._overflows} time(s) during the run: "
+                            "frames of containers that could not resolve a peer were dropped "
+                            "(raise net.ipv4.neigh.default.gc_thresh3; docs/docker.md)")
+        return [w for w in warnings if w]
 
     def _shaping_file(self, node: str) -> Path:
         return self.run_dir / "configs" / f"{node}.kernel-shaping.json"
@@ -127,7 +199,7 @@ class NetnsMixin:
         per_dest = {self.ips[p]: s for p, s in per_peer.items() if p != DEFAULT_PEER}
         cmds = tc.egress_commands(
             per_dest, uplink, default=per_peer.get(DEFAULT_PEER), exempt=[self._gateway] if self._gateway else [],
-            netem=caps.kernel_delay, dev="eth0",
+            netem=caps.path == "netem", dev="eth0",
         )
         if not cmds and node not in self._tc_applied:
             return []  # nothing to add, and nothing of ours to clear: leave the namespace alone
@@ -206,8 +278,15 @@ def kernel_capabilities() -> ShapingCapabilities:
     if probe.netem:
         return ShapingCapabilities(True, True, "netem",
                                    f"netem+htb in each container's netns via nsenter ({probe.detail})")
+    why_not = delayline.unavailable()
+    if why_not is None:
+        return ShapingCapabilities(
+            kernel_delay=True, kernel_rate=True, path=DELAY_LINE_PATH,
+            detail=f"sch_netem missing ({probe.detail}); delay/jitter/loss by {delayline.BINARY} on the host "
+                   "(NFQUEUE on the testbed's bridge), rate with htb/tbf in each container's netns via nsenter",
+        )
     return ShapingCapabilities(
         kernel_delay=False, kernel_rate=True, path="userspace+htb",
-        detail=f"sch_netem missing ({probe.detail}); delay/jitter/loss in the node's user-space "
-               "shaper, rate with htb/tbf in each container's netns via nsenter",
+        detail=f"sch_netem missing ({probe.detail}) and no delay line ({why_not}); delay/jitter/loss in the "
+               "node's user-space shaper, rate with htb/tbf in each container's netns via nsenter",
     )

@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator import delayline
 from orchestrator.docker_util import LABEL_STATE, LABEL_TESTBED
 from orchestrator.progress import Reporter
 from orchestrator.errors import TeardownIncomplete
@@ -107,14 +108,28 @@ class Found:
     containers: list[Any] = field(default_factory=list)
     networks: list[Any] = field(default_factory=list)
     volumes: list[Any] = field(default_factory=list)
+    delay_rules: list[delayline.IptablesRule] = field(default_factory=list)  # orchestrator.delayline
+    delay_lines: list[delayline.Running] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.containers or self.networks or self.volumes)
+        return bool(self.containers or self.networks or self.volumes or self.delay_rules or self.delay_lines)
 
     def resources(self) -> list[Resource]:
         return ([_resource("container", c) for c in self.containers]
                 + [_resource("network", n) for n in self.networks]
-                + [_resource("volume", v) for v in self.volumes])
+                + [_resource("volume", v) for v in self.volumes]
+                + [_rule_resource(r) for r in self.delay_rules]
+                + [_line_resource(r) for r in self.delay_lines])
+
+
+def _rule_resource(rule: delayline.IptablesRule) -> Resource:
+    return Resource("iptables rule", f"{rule.table} {rule.spec[0]} ({rule.tag})", f"{rule.table}:{rule.tag}",
+                    rule.testbed, "")
+
+
+def _line_resource(running: delayline.Running) -> Resource:
+    return Resource("delay line", f"pid {running.pid} (NFQUEUE {running.queue})", f"pid-{running.pid}",
+                    running.testbed, running.state)
 
 
 @dataclass(frozen=True)
@@ -144,9 +159,12 @@ def _resource(kind: str, obj: Any) -> Resource:
 
 
 def find(client: Any, scope: Scope) -> Found:
-    """Every container, network and volume the scope admits."""
+    """Every container, network and volume the scope admits, and the delay
+    lines (process and iptables rule) of the testbeds it admits."""
     flt = scope.label_filter()
+    delay_rules, delay_lines = delayline.admitted(scope.testbed, scope.state)
     return Found(
+        delay_rules=delay_rules, delay_lines=delay_lines,
         # sparse: one listing call, not an inspect per container (seconds at 250)
         containers=[c for c in client.containers.list(all=True, filters=flt, sparse=True)
                     if scope.admits(labels_of(c))],
@@ -204,6 +222,7 @@ def teardown(client: Any, scope: Scope, reporter: Reporter | None = None,
             _note(*_remove_network(client, network, ours, sleep), removed, left)
         for volume in found.volumes:
             _note(*_remove_volume(volume), removed, left)
+        _remove_delay_lines(found, removed, left)  # after the containers: their drain crossed it
         if not found.containers or live or late or any(_state(c) == "created" for c in found.containers):
             sleep(SETTLE_S)  # a CLI may have been killed half-way through `up`: its last calls may still land
     return TeardownReport(tuple(removed), tuple(left.values()))
@@ -330,6 +349,22 @@ def _remove_volume(volume: Any) -> tuple[str | None, Leftover | None]:
     except _api_error() as exc:
         return None, Leftover(res, _explain(exc), f"docker volume rm -f {shlex.quote(res.name)}")
     return f"removed volume {res.name} ({res.testbed})", None
+
+
+def _remove_delay_lines(found: Found, removed: list[str], left: dict[str, Leftover]) -> None:
+    """Rules first, so a delay line releases what it holds and nothing new reaches it."""
+    for rule in found.delay_rules:
+        why = delayline.remove_rule(rule)
+        _note(None if why else f"removed {rule.describe()}",
+              Leftover(_rule_resource(rule), why, rule.command()) if why else None, removed, left)
+    for running in found.delay_lines:
+        res = _line_resource(running)
+        ended = delayline.end_process(running.pid)
+        if ended:
+            delayline.forget(running.table.parent)
+        _note(f"ended {running.describe()}" if ended else None,
+              None if ended else Leftover(res, "it did not exit on SIGTERM nor SIGKILL", f"kill -9 {running.pid}"),
+              removed, left)
 
 
 def summary(resources: Iterable[Resource]) -> str:

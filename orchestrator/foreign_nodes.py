@@ -159,13 +159,13 @@ def convert_outputs(run_dir: Path, nodes: list[str]) -> tuple[dict[str, dict[str
 
 
 def link_shaping(router: str, caps: ShapingCapabilities, proxy: bool) -> str:
-    """How a node's links are shaped: the kernel's tc for every container
-    alike; our user-space shaper only inside our routers; a foreign node's
-    own sending by the shaping proxy where the backend has one
-    (docker_proxy.py), else unshaped where the kernel cannot (its peers'
-    shapers still delay what they send to it)."""
+    """How a node's links are shaped: the kernel's tc, or the host's delay
+    line, for every container alike; our user-space shaper only inside our
+    routers; a foreign node's own sending by the shaping proxy where the
+    backend has one (docker_proxy.py), else unshaped where the kernel cannot
+    (its peers' shapers still delay what they send to it)."""
     if caps.kernel_delay:
-        return "kernel tc"
+        return "host delay line (NFQUEUE)" if caps.path == "delayline+htb" else "kernel tc"
     if not is_foreign(router):
         return "our user-space shaper"
     return "shaping proxy (user space, per destination)" if proxy else "unshaped"

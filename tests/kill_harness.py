@@ -5,8 +5,8 @@
 One try: pick a command (`up`, `run` or `down`) and a moment with a seeded
 RNG, SIGKILL the CLI at that moment, then run `testbed down --all` under the
 same state directory and count what is left of everything that state
-directory made: containers, networks, volumes, live network namespaces and
-state records. The moments are printed so that a failing try can be replayed.
+directory made: containers, networks, volumes, live network namespaces,
+delay lines (process and iptables rule) and state records. The moments are printed so that a failing try can be replayed.
 
 A network namespace counts as left when its file under /var/run/docker/netns
 is still an nsfs mount; an unmounted file is Docker's own bookkeeping, which
@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator import delayline
 from orchestrator.docker_util import LABEL_STATE
 
 TESTBED = Path(sys.executable).parent / "testbed"
@@ -174,6 +175,8 @@ def one_try(index: int, rng: random.Random, work: Path) -> TryResult:
     down = subprocess.run([str(TESTBED), "down", "--all"], env=env, capture_output=True, text=True, timeout=300)
     left = labelled(state)
     left["netns"] = live_netns(watch.keys)
+    rules, lines = delayline.admitted(None, str(state.resolve()))
+    left["delay lines"] = [line.describe() for line in lines] + [rule.describe() for rule in rules]
     left["records"] = records(state)
     return TryResult(index, command, at, killed, down.returncode, left)
 

@@ -194,6 +194,30 @@ def test_kernel_rate_limit_slows_a_transfer(docker_backends):
     assert limited is not None and 0.7 < limited[1] < 3.0, limited
 
 
+@needs_root
+def test_kernel_delay_reaches_the_frames_between_containers(docker_backends):
+    """netem where the kernel has it, else the host's delay line: a's frames
+    to b wait 30 ms (a request-reply crosses a -> b twice: SYN, then data),
+    c's do not; ending the testbed ends the delay line and keeps its figures."""
+    backend = docker_backends(entrypoint=SINK_ENTRYPOINT)
+    caps = backend.shaping_capabilities()
+    if not caps.kernel_delay:
+        pytest.skip(f"no kernel delay on this host: {caps.detail}")
+    _up(backend, ["a", "b", "c"])
+    backend.apply_kernel_shaping("a", {"b": LinkShape(delay_ms=30), "*": LinkShape(delay_ms=0)}, None)
+    slow = [_send(backend, "a", "b", 1) for _ in range(3)]
+    fast = _send(backend, "a", "c", 1)
+    assert all(s is not None and 0.06 <= s[1] < 0.2 for s in slow), slow
+    assert fast is not None and fast[1] < 0.03, fast
+    backend.destroy()
+    facts = backend.host_network_facts()
+    assert facts["neighbour_table_overflows"] == 0 and backend.shaping_warnings() == []
+    if caps.path == "delayline+htb":
+        assert facts["delay_line"]["shaped"] >= 6 and not facts["delay_line"]["running"]
+        assert facts["delay_line"]["scheduling"] == "SCHED_FIFO 20"
+    assert _docker_ls("container", backend.testbed) == []
+
+
 def test_cleanup_after_a_crash_from_a_fresh_process(docker_backends):
     backend = docker_backends(entrypoint=SINK_ENTRYPOINT)
     _up(backend, ["x", "y"])
@@ -255,8 +279,8 @@ def test_capabilities_shape():
     from orchestrator.docker_netns import kernel_capabilities as _capabilities
 
     caps = _capabilities()
-    assert caps.path in ("netem", "userspace+htb", "userspace")
-    assert caps.kernel_delay == (caps.path == "netem")
+    assert caps.path in ("netem", "delayline+htb", "userspace+htb", "userspace")
+    assert caps.kernel_delay == (caps.path in ("netem", "delayline+htb"))
     assert caps.detail
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import docker.errors
 import pytest
 
-from orchestrator import tc
+from orchestrator import delayline, tc
 from orchestrator.doctor import Host, HostFacts, assess
 from orchestrator.doctor import facts as F
 from orchestrator.doctor.budget import router_budget
@@ -75,7 +75,10 @@ def test_findings_match_this_machine(doctor_json):
     kvm = F.kvm(F.Host())
     assert checks["kvm"]["status"] == {"rw": "ok", "pvm": "limited"}.get(kvm, "missing")
     netem = _kernel_has_netem()
-    if netem is False:  # this project's machines: the kernel has no sch_netem
+    if netem is False and delayline.unavailable() is None:  # this project's machines: no sch_netem, a delay line
+        assert checks["kernel shaping"]["status"] == "ok"
+        assert "netem no" in checks["kernel shaping"]["found"] and "delay line" in checks["kernel shaping"]["found"]
+    elif netem is False:
         assert checks["kernel shaping"]["status"] in ("limited", "missing")
         assert "netem no" in checks["kernel shaping"]["found"]
         assert "user space" in checks["kernel shaping"]["cost"]
@@ -250,7 +253,7 @@ def healthy() -> HostFacts:
         backends=("process", "docker"), default_backend="docker",
         docker=F.DockerFacts("27.3.1", "", "inactive",
                              ImageStatus(SLIM, f"{IMAGE_REPO}:abc", True, ())),
-        shaping=tc.NetemProbe(True, True, True, "netns", "ok"),
+        shaping=tc.NetemProbe(True, True, True, "netns", "ok"), delay_line=None,
         java="17.0.13", pyspark="4.3.0", spark_start_s=None, spark_error="",
         kvm="rw", qemu="7.2.15", cargo="1.95.0", rustc="1.95.0", pylibp2p="/x/.venv-pylibp2p/bin/python",
         chromium="131.0", memory=F.Memory(24 * 2**30, 20 * 2**30), cores=2,
@@ -295,11 +298,17 @@ def test_no_docker_means_the_process_backend_not_a_failure():
 
 def test_kernel_without_netem_is_limited_and_says_what_it_costs():
     shaping = tc.NetemProbe(False, True, True, "netns", "failed")
-    report, checks = checks_of(replace(healthy(), shaping=shaping))
+    report, checks = checks_of(replace(healthy(), shaping=shaping, delay_line="gtb-delayline is not built"))
     check = checks["kernel shaping"]
     assert report.demo_ok and check.status == "limited"
-    assert "netem no, htb yes, tbf yes" in check.found and "needs root" in check.found
-    assert "user space" in check.cost and "sch_netem" in check.fix
+    assert "netem no, htb yes, tbf yes" in check.found and "no delay line: gtb-delayline is not built" in check.found
+    assert "user space" in check.cost and "sch_netem" in check.fix and "delay line" in check.fix
+
+
+def test_kernel_without_netem_but_with_the_delay_line_shapes_every_link():
+    report, checks = checks_of(replace(healthy(), shaping=tc.NetemProbe(False, True, True, "netns", "failed")))
+    check = checks["kernel shaping"]
+    assert check.status == "ok" and "netem no" in check.found and "delay line" in check.found
 
 
 def test_kernel_probe_without_root_says_so():

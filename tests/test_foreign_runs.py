@@ -88,9 +88,14 @@ def test_standin_as_a_bare_image_on_docker(node_image, tmp_path):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     facts = manifest["node_facts"]
     assert facts["stand-1"]["implementation"] == f"image:{image}"
-    if facts["stand-1"]["links_shaped_by"] != "kernel tc":  # no netem: the shaping proxy, after every start
+    path = manifest["shaping"]["path"]
+    if path == "userspace+htb":  # no netem and no delay line: the shaping proxy, after every start
         assert facts["stand-1"]["links_shaped_by"] == "shaping proxy (user space, per destination)"
         assert set(manifest["shaping_proxies"]) == {"stand-0", "stand-1"}
+    else:  # the kernel's path shapes foreign containers like ours
+        assert facts["stand-1"]["links_shaped_by"] == {"netem": "kernel tc",
+                                                       "delayline+htb": "host delay line (NFQUEUE)"}[path]
+        assert "shaping_proxies" not in manifest
     assert manifest["foreign_outputs"]["stand-0"]["starts"] == 2  # killed and started again: two PeerID lines
     scripted = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert all(e.get("scripted") for e in scripted if e["kind"] == "publish" and e["node"] == "stand-1")

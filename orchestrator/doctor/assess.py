@@ -153,11 +153,15 @@ def _shaping(f: HostFacts) -> Check:
         return Check("kernel shaping", MISSING, found,
                      "docker backend: all shaping (rate too) in the router's user space; the manifest says so",
                      "a kernel with CONFIG_NET_SCH_HTB and CONFIG_NET_SCH_NETEM; run as root")
+    if not p.netem and f.root and p.htb and f.delay_line is None:
+        return Check("kernel shaping", OK, found + "; delay, jitter and loss by the host's delay line "
+                     "(gtb-delayline, NFQUEUE on each testbed's bridge), rate by htb/tbf")
     if not p.netem:
-        return Check("kernel shaping", LIMITED, found,
+        return Check("kernel shaping", LIMITED, found + (f"; no delay line: {f.delay_line}" if f.delay_line else ""),
                      "docker backend: delay, jitter and loss in the router's user space (manifest and "
                      "report say so); rate stays in the kernel (htb/tbf)",
-                     "modprobe sch_netem, or a kernel built with CONFIG_NET_SCH_NETEM")
+                     "modprobe sch_netem, or a kernel built with CONFIG_NET_SCH_NETEM; or the delay line: "
+                     "./bootstrap.sh builds it where cargo is (docs/docker.md)")
     return Check("kernel shaping", LIMITED, found,
                  "docker backend without root: all shaping in the router's user space", "run testbed as root")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import tc
+from orchestrator import delayline, tc
 from orchestrator.doctor.lockcheck import canonical, drift, lock_pins
 from orchestrator.image import ImageStatus, image_status
 
@@ -82,6 +82,7 @@ class HostFacts:
     default_backend: str
     docker: DockerFacts
     shaping: tc.NetemProbe
+    delay_line: str | None  # why the docker backend's delay line cannot run here; None: it can
     java: str | None
     pyspark: str | None
     spark_start_s: float | None  # None: not measured (or failed: spark_error)
@@ -260,6 +261,7 @@ def gather(
         default_backend=default_backend()[0],
         docker=docker_facts(docker_client or (lambda: real_client(timeout=10))),
         shaping=shaping(),
+        delay_line=delayline.unavailable(),
         java=java(host),
         pyspark=distribution_version("pyspark"),
         spark_start_s=spark_s,
