@@ -43,6 +43,14 @@ const MAX_RECVS_PER_ROUND: usize = 256;
 const STATS_EVERY_NS: u64 = 1_000_000_000;
 const BIND_TIMEOUT_NS: u64 = 5_000_000_000;
 const CONFIG_SEQ: u32 = 1;
+/// How long before a distant due time the delay line wakes once, to sleep
+/// the rest of the way from a short sleep (see `wait_ns`). No busy polling
+/// after that: the process runs at real-time priority
+/// (orchestrator/delayline.py), so its wake-up preempts whatever runs;
+/// polling for the last 50 us before each release took a tenth of a core
+/// from the routers of a 250-container run on two cores (and raised their
+/// event-loop lag) to save about 20 us of lateness.
+const APPROACH_NS: u64 = 1_000_000;
 
 #[derive(Debug)]
 struct Args {
@@ -97,14 +105,13 @@ fn load_table(path: &Path) -> Result<Table, String> {
 /// The next ppoll timeout: until the earliest due packet, or until the next
 /// statistics write. A ppoll timeout T may fire up to T/1000 late (the slack
 /// of a task that is not real-time; the timer slack is set to 1 ns here), so
-/// that much is taken off. No busy polling before a due time: the process
-/// runs at real-time priority (orchestrator/delayline.py), so its wake-up
-/// preempts whatever runs; polling for the last 50 us before each release
-/// took a tenth of a core from the routers of a 250-container run on two
-/// cores (and raised their event-loop lag) to save about 20 us of lateness.
+/// that much is taken off. A wait longer than APPROACH_NS ends APPROACH_NS
+/// early: waking from a long sleep took this host (a VM) longer than from a
+/// short one, and the second, short wait ends at the due time.
 fn wait_ns(now: u64, next_due: Option<u64>, next_stats: u64) -> u64 {
     let for_stats = next_stats.saturating_sub(now);
     match next_due.map(|due| due.saturating_sub(now)) {
+        Some(left) if left > 2 * APPROACH_NS => for_stats.min(left - left / 1000 - APPROACH_NS),
         Some(left) => for_stats.min(left - left / 1000),
         None => for_stats,
     }
@@ -472,7 +479,8 @@ mod tests {
         let s = 1_000_000_000;
         assert_eq!(wait_ns(100, None, s), s - 100);
         assert_eq!(wait_ns(0, Some(5 * s), s), s);
-        assert_eq!(wait_ns(100, Some(5_000_100), s), 5_000_000 - 5_000);
+        assert_eq!(wait_ns(100, Some(5_000_100), s), 5_000_000 - 5_000 - APPROACH_NS);
+        assert_eq!(wait_ns(0, Some(2 * APPROACH_NS), s), 2 * APPROACH_NS - 2 * APPROACH_NS / 1000);
         assert_eq!(wait_ns(100, Some(100), s), 0);
         assert_eq!(wait_ns(100, Some(50), s), 0);
     }
