@@ -137,11 +137,17 @@ class DelayLine:
         self.table = directory / "table"
         self.stats_path = directory / "stats.json"
         self._rules: dict[str, list[Rule]] | None = None  # by source address, read from the table once
+        self._found: Running | None = None
 
     # ------------------------------------------------------------ lifecycle
 
     def running(self) -> Running | None:
-        return next((r for r in find_running() if r.table == self.table.resolve()), None)
+        """The process running from this directory: the one found before
+        while it lives (a scan of /proc for each of 250 nodes' shaping
+        would read every process's command line 250 times)."""
+        if self._found is None or _running_at(self._found.pid) != self._found:
+            self._found = next((r for r in find_running() if r.table == self.table.resolve()), None)
+        return self._found
 
     def ensure(self, bridge: str, subnet: str, seed: int) -> Running:
         """The running delay line of this directory, started (and its rules
@@ -163,7 +169,8 @@ class DelayLine:
             if pid is not None:
                 for rule in _rules_for(bridge, subnet, queue, self.tag):
                     _iptables(rule.table, "-I" if rule.table == "raw" else "-A", rule.spec)
-                return Running(pid, queue, self.table.resolve())
+                self._found = Running(pid, queue, self.table.resolve())
+                return self._found
             errors.append(f"queue {queue}: {error}")
             if len(errors) >= 3:
                 break
@@ -358,23 +365,23 @@ def remove_rule(rule: IptablesRule) -> str | None:
 
 def find_running() -> list[Running]:
     """Every delay line process on this host."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if not argv or not argv[0].endswith(BINARY.encode()):
-            continue
-        args = dict(zip(argv[1::2], argv[2::2], strict=False))
-        try:
-            queue, table = int(args[b"--queue"]), Path(args[b"--table"].decode())
-        except (KeyError, ValueError):
-            continue
-        found.append(Running(int(entry.name), queue, table))
-    return found
+    found = (_running_at(int(entry.name)) for entry in Path("/proc").iterdir() if entry.name.isdigit())
+    return [r for r in found if r is not None]
+
+
+def _running_at(pid: int) -> Running | None:
+    """The delay line with this pid, from its command line (None: not one)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    if not argv or not argv[0].endswith(BINARY.encode()) or not _alive(pid):
+        return None
+    args = dict(zip(argv[1::2], argv[2::2], strict=False))
+    try:
+        return Running(pid, int(args[b"--queue"]), Path(args[b"--table"].decode()))
+    except (KeyError, ValueError):
+        return None
 
 
 def admitted(testbed: str | None, state: str | None) -> tuple[list[IptablesRule], list[Running]]:

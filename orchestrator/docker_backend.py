@@ -426,10 +426,10 @@ class DockerBackend(NetnsMixin, Backend):
         return collect.cpu_seconds(self._client.api, self.testbed)
 
     def destroy(self) -> None:
+        self.end_host_network()  # never raises: a failure is a warning, and cleanup retries
         try:
             if not self._collected:
                 self.collect_traces()
-            self.end_host_network()
         except Exception:  # noqa: BLE001 - destroy must go on
             pass
         try:

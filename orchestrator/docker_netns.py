@@ -1,11 +1,15 @@
 """What the Docker backend does inside each container's network namespace,
-from the host: kernel shaping and partial partitions.
+and in the host's network for them, from the host: kernel shaping and
+partial partitions.
 
 - Shaping: tc runs on the host inside the container's network namespace
   (`nsenter -t <pid> -n tc -batch -`), so the container needs no NET_ADMIN
   and the image needs no tc. The kernel part is re-applied after every start
   and reconnect (a stopped container gets a new namespace, a reconnected one
   a new veth).
+- Links' delay without netem: the host's delay line (orchestrator/delayline.py),
+  started at the first shaping and ended with the testbed; and room for
+  every container in the host's neighbour table (orchestrator/neighbours.py).
 - Partitions: full = `network.disconnect`/`connect` with the same static IP;
   partial (from a set of peers) = iptables DROP rules in the node's
   namespace (also through nsenter), kept separate from tc so shaping and
@@ -55,6 +59,7 @@ class NetnsMixin:
     _delay_end: tuple[dict[str, Any] | None, bool] | None = None  # its final statistics, whether it still ran
     _overflows_at_start: int | None = None  # the host's neighbour table refusals before the run
     _overflows: int | None = None  # ... and during it
+    _host_network_error: str | None = None  # why end_host_network could not tell
     reporter: Reporter
     store: StateStore
     testbed: str
@@ -158,15 +163,19 @@ class NetnsMixin:
         """End the testbed's delay line, if it has one, keeping its final
         statistics, and count the neighbour table's overflows since
         `prepare_host_network`: for the manifest (`shaping_warnings`,
-        `host_network_facts`)."""
-        line = self._delay or self._testbed_delay_line()
-        if line.stats_path.exists() or line.running() is not None:
-            self._delay_end = line.end(keep_log=self.run_dir / "delay-line.log")
-        at_start = self._overflows_at_start
-        if at_start is None:
-            at_start = (self.store.load(self.testbed) or {}).get("neighbour_overflows")
-        if at_start is not None:
-            self._overflows = neighbours.overflows() - at_start
+        `host_network_facts`). Never raises: what fails is a warning (the
+        teardown that follows finds and removes what is left)."""
+        try:
+            line = self._delay or self._testbed_delay_line()
+            if line.stats_path.exists() or line.running() is not None:
+                self._delay_end = line.end(keep_log=self.run_dir / "delay-line.log")
+            at_start = self._overflows_at_start
+            if at_start is None:
+                at_start = (self.store.load(self.testbed) or {}).get("neighbour_overflows")
+            if at_start is not None:
+                self._overflows = neighbours.overflows() - at_start
+        except Exception as exc:  # noqa: BLE001 - the run's end must go on
+            self._host_network_error = f"the host's network could not be checked at the end of the run: {exc}"
 
     def host_network_facts(self) -> dict[str, Any]:
         facts: dict[str, Any] = {"delay_line": self._delay_end[0]} if self._delay_end is not None else {}
@@ -174,6 +183,7 @@ class NetnsMixin:
 
     def shaping_warnings(self) -> list[str]:
         warnings = [delayline.warning(*self._delay_end)] if self._delay_end is not None else []
+        warnings.append(self._host_network_error)
         if self._overflows:
             warnings.append(f"the host's neighbour (ARP) table was full {self._overflows} time(s) during the run: "
                             "frames of containers that could not resolve a peer were dropped "
