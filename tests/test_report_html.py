@@ -90,3 +90,11 @@ def test_report_renders_offline_in_chromium(two_runs, tmp_path):
         capture_output=True, timeout=120,
     )
     assert shot.exists() and shot.stat().st_size > 20_000
+
+
+def test_the_delay_line_row_says_what_it_held_and_how_late():
+    from analysis.report import _delay_line
+
+    assert _delay_line(None) is None  # not the delay line's path: no row
+    assert _delay_line({"shaped": 1234, "dropped_loss": 5, "late_us": {"p50": 2, "p99": 300, "max": 4000}}) == (
+        "1,234 packets delayed, 5 dropped for loss; released late by 2 us (p50), 300 us (p99), 4000 us (max)")
