@@ -17,7 +17,10 @@ active endpoints" and its subnet leaks. The cure is to avoid the race:
 2. a network is removed only after every endpoint the testbed's labels and
    container names account for has been force-disconnected, and removal is
    retried with exponential backoff while Docker still reports endpoints;
-3. what is left after that is reported as a Leftover naming the resource and
+3. the testbed's delay line (orchestrator/delayline.py), after its containers,
+   whose drain crossed it: its iptables rules, then its process, found by
+   the rules' comments and the process's command line, not by labels;
+4. what is left after that is reported as a Leftover naming the resource and
    the exact command that removes it (for a network whose endpoints only a
    daemon restart clears, that restart), never silently dropped; the caller
    keeps its state record so that a later `testbed down` retries.
