@@ -39,6 +39,7 @@ from node.atomic import write_atomic
 from node.config import LinkShape
 from orchestrator.docker_util import cache_dir
 from orchestrator.errors import BackendUnavailable, TestbedError
+from orchestrator.procs import proc_alive, proc_cmdline, terminate
 
 BINARY = "gtb-delayline"
 CRATE_DIR = Path(__file__).resolve().parent / "native" / "delayline"
@@ -371,15 +372,12 @@ def find_running() -> list[Running]:
 
 def _running_at(pid: int) -> Running | None:
     """The delay line with this pid, from its command line (None: not one)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    if not argv or not argv[0].endswith(BINARY.encode()) or not _alive(pid):
+    argv = proc_cmdline(pid)
+    if not argv or not argv[0].endswith(BINARY) or not proc_alive(pid):
         return None
     args = dict(zip(argv[1::2], argv[2::2], strict=False))
     try:
-        return Running(pid, int(args[b"--queue"]), Path(args[b"--table"].decode()))
+        return Running(pid, int(args["--queue"]), Path(args["--table"]))
     except (KeyError, ValueError):
         return None
 
@@ -405,23 +403,6 @@ def forget(directory: Path) -> None:
 
 def end_process(pid: int) -> bool:
     """SIGTERM (the delay line releases what it holds and writes its final
-    statistics), then SIGKILL after STOP_TIMEOUT_S."""
-    for sig, wait in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, 1.0)):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return True
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not _alive(pid):
-                return True
-            time.sleep(0.02)
-    return not _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    statistics), SIGKILL after STOP_TIMEOUT_S; whether it is gone."""
+    terminate([(pid, None)], STOP_TIMEOUT_S)
+    return not proc_alive(pid)

@@ -32,7 +32,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -44,45 +43,13 @@ from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.router_cpu import proc_cpu_seconds
 from orchestrator.foreign import is_foreign, process_argv
 from orchestrator.foreign_nodes import PARAMS, STDOUT, node_dir
+from orchestrator.procs import proc_alive, proc_cmdline, proc_start_time, send_signal, terminate, wait_gone
 from orchestrator.state import StateStore
 
 PEER_PORT = 9000
 CONTROL_PORT = 9001
 STOP_GRACE_S = 10.0
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-
-# /proc helpers: identify a process by pid + start time, never by pid alone.
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return raw[raw.rfind(")") + 2:].split()
-
-
-def proc_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (stat field 22)."""
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
-
-
-def proc_cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def proc_alive(pid: int, start_time: int | None = None) -> bool:
-    """Alive (running, sleeping or stopped; not a zombie) and, when given,
-    still the process that started at `start_time`."""
-    fields = _stat_fields(pid)
-    if not fields or fields[0] in ("Z", "X"):
-        return False
-    return start_time is None or int(fields[19]) == start_time
 
 
 def _is_node_cmdline(cmdline: list[str], config_dir: Path | None = None) -> bool:
@@ -94,54 +61,6 @@ def _is_node_cmdline(cmdline: list[str], config_dir: Path | None = None) -> bool
     i = cmdline.index("--config")
     return i + 1 < len(cmdline) and cmdline[i + 1].startswith(str(config_dir) + os.sep)
 
-
-def _signal(pid: int, sig: int) -> bool:
-    try:
-        os.kill(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def _reap(pid: int) -> None:
-    """Collect the exit status if the process is our child (no zombie left)."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def terminate(procs: Sequence[tuple[int, int | None]], grace_s: float) -> list[int]:
-    """SIGCONT + SIGTERM every (pid, start_time) still alive, wait up to
-    grace_s for them to exit, then SIGKILL the rest; returns the pids signalled."""
-    alive = [(pid, st) for pid, st in procs if proc_alive(pid, st)]
-    for pid, _ in alive:
-        _signal(pid, signal.SIGCONT)
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    pending = list(alive)
-    while pending and time.monotonic() < deadline:
-        for pid, _ in pending:
-            _reap(pid)
-        pending = [(pid, st) for pid, st in pending if proc_alive(pid, st)]
-        if pending:
-            time.sleep(0.05)
-    for pid, st in pending:
-        if proc_alive(pid, st):
-            _signal(pid, signal.SIGKILL)
-    for pid, st in pending:
-        _wait_gone(pid, st, 5.0)
-    return [pid for pid, _ in alive]
-
-
-def _wait_gone(pid: int, start_time: int | None, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _reap(pid)
-        if not proc_alive(pid, start_time):
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def subnet_octet(testbed: str, taken: set[int]) -> int:
@@ -274,7 +193,7 @@ class ProcessBackend(Backend):
         found = self._pid(node)
         if found is None or not proc_alive(*found):
             return None
-        _signal(found[0], sig)
+        send_signal(found[0], sig)
         return found
 
     def stop(self, node: str) -> None:
@@ -286,7 +205,7 @@ class ProcessBackend(Backend):
     def kill(self, node: str) -> None:
         found = self._send(node, signal.SIGKILL)
         if found is not None:
-            _wait_gone(*found, timeout=5.0)
+            wait_gone(*found, timeout=5.0)
         self._collect(node)
 
     def _collect(self, node: str) -> None:
@@ -356,8 +275,8 @@ class ProcessBackend(Backend):
                 continue
             if _is_node_cmdline(proc_cmdline(pid), root) and proc_alive(pid):
                 start = proc_start_time(pid)
-                _signal(pid, signal.SIGKILL)
-                _wait_gone(pid, start, 5.0)
+                send_signal(pid, signal.SIGKILL)
+                wait_gone(pid, start, 5.0)
                 lines.append(f"killed stray router process {pid}")
         return lines
 
