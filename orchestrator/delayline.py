@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -38,6 +37,7 @@ from typing import Any
 from node.atomic import write_atomic
 from node.config import LinkShape
 from orchestrator.docker_util import cache_dir
+from orchestrator import iptables
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.procs import proc_alive, proc_cmdline, terminate
 
@@ -45,13 +45,11 @@ BINARY = "gtb-delayline"
 CRATE_DIR = Path(__file__).resolve().parent / "native" / "delayline"
 QUEUES = range(31000, 32000)  # NFQUEUE numbers we use; the start is fixed by the tag
 QUEUE_LIST = Path("/proc/net/netfilter/nfnetlink_queue")  # queues bound on this host
-COMMENT = "gossip-testbed"
 READY_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
 BUILD_TIMEOUT_S = 600
 RT_PRIORITY = 20  # SCHED_FIFO: above every normal process, below the kernel's interrupt threads (50)
 LATE_WARN_US = 1000  # a delay line releasing packets later than this at p99 makes the latencies untrue
-IPTABLES_LOCK_S = "10"  # `iptables -w`: wait for the xtables lock instead of failing
 
 
 def target_dir() -> Path:
@@ -87,11 +85,6 @@ def unavailable() -> str | None:
     if not binary_path().is_file():
         return f"{BINARY} is not built ({binary_path()}; ./bootstrap.sh builds it where cargo is)"
     return None
-
-
-def tag_of(testbed: str, state_scope: str) -> str:
-    """The rule comment's tag: the testbed and a hash of its state directory."""
-    return f"{testbed}:{zlib.crc32(state_scope.encode()):08x}"
 
 
 @dataclass(frozen=True)
@@ -169,7 +162,7 @@ class DelayLine:
             pid, error = self._spawn(queue, seed)
             if pid is not None:
                 for rule in _rules_for(bridge, subnet, queue, self.tag):
-                    _iptables(rule.table, "-I" if rule.table == "raw" else "-A", rule.spec)
+                    iptables.run(rule.table, "-I" if rule.table == "raw" else "-A", rule.spec)
                 self._found = Running(pid, queue, self.table.resolve())
                 return self._found
             errors.append(f"queue {queue}: {error}")
@@ -248,9 +241,9 @@ class DelayLine:
         and remove its directory: (its final statistics, whether it was
         still running)."""
         found = self.running()
-        for rule in our_rules():
-            if rule.tag == self.tag:
-                remove_rule(rule)  # what is left, `teardown` finds and reports
+        for rule in iptables.our_rules():
+            if rule.owner == iptables.DELAY_LINE and rule.tag == self.tag:
+                iptables.remove(rule)  # what is left, `teardown` finds and reports
         if found is not None:
             end_process(found.pid)
         stats = self.stats()
@@ -301,67 +294,17 @@ def bound_queues() -> set[int]:
     return {int(line.split()[0]) for line in lines if line.split()}
 
 
-@dataclass(frozen=True)
-class IptablesRule:
-    """One rule of a delay line, as `iptables -S` lists it (chain first)."""
-
-    table: str
-    spec: tuple[str, ...]
-    tag: str  # from its comment: "<testbed>:<state directory hash>"
-
-    @property
-    def testbed(self) -> str:
-        return self.tag.rpartition(":")[0]
-
-    def describe(self) -> str:
-        return f"iptables rule in {self.table} {self.spec[0]} ({self.tag})"
-
-    def command(self) -> str:
-        return shlex.join(["iptables", "-t", self.table, "-D", *self.spec])
-
-
-def _rules_for(bridge: str, subnet: str, queue: int, tag: str) -> list[IptablesRule]:
+def _rules_for(bridge: str, subnet: str, queue: int, tag: str) -> list[iptables.IptablesRule]:
     """Frames between two containers untracked (connection tracking drops
     every held packet of a new flow but the first: the flow's entry is only
     made at the first verdict), then queued to the delay line."""
-    comment = ["-m", "comment", "--comment", f"{COMMENT} {tag}"]
+    comment = iptables.comment(iptables.DELAY_LINE, tag)
     return [
-        IptablesRule("raw", ("PREROUTING", "-i", bridge, "-d", subnet, "-m", "addrtype", "!", "--dst-type", "LOCAL",
-                             *comment, "-j", "CT", "--notrack"), tag),
-        IptablesRule("mangle", ("FORWARD", "-i", bridge, "-o", bridge, *comment,
-                                "-j", "NFQUEUE", "--queue-num", str(queue)), tag),
+        iptables.IptablesRule("raw", ("PREROUTING", "-i", bridge, "-d", subnet, "-m", "addrtype", "!", "--dst-type",
+                                      "LOCAL", *comment, "-j", "CT", "--notrack"), iptables.DELAY_LINE, tag),
+        iptables.IptablesRule("mangle", ("FORWARD", "-i", bridge, "-o", bridge, *comment,
+                                         "-j", "NFQUEUE", "--queue-num", str(queue)), iptables.DELAY_LINE, tag),
     ]
-
-
-def _iptables(table: str, action: str, spec: tuple[str, ...] | list[str], check: bool = True
-              ) -> subprocess.CompletedProcess[str]:
-    argv = ["iptables", "-w", IPTABLES_LOCK_S, "-t", table, action, *spec]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    if check and result.returncode != 0:
-        raise TestbedError(f"{shlex.join(argv)}: {result.stderr.strip()}")
-    return result
-
-
-def our_rules() -> list[IptablesRule]:
-    """Every delay line rule on this host (any testbed's)."""
-    if os.geteuid() != 0 or shutil.which("iptables") is None:
-        return []
-    rules = []
-    for table, chain in (("raw", "PREROUTING"), ("mangle", "FORWARD")):
-        for line in _iptables(table, "-S", [chain], check=False).stdout.splitlines():
-            words = shlex.split(line)
-            if words[:1] != ["-A"] or "--comment" not in words[:-1]:
-                continue
-            comment = words[words.index("--comment") + 1]
-            if comment.startswith(COMMENT + " "):
-                rules.append(IptablesRule(table, tuple(words[1:]), comment.split(" ", 1)[1]))
-    return rules
-
-
-def remove_rule(rule: IptablesRule) -> str | None:
-    """Delete one rule: None, or why it could not be."""
-    result = _iptables(rule.table, "-D", rule.spec, check=False)
-    return None if result.returncode == 0 else (result.stderr.strip() or f"iptables exited {result.returncode}")
 
 
 def find_running() -> list[Running]:
@@ -382,15 +325,12 @@ def _running_at(pid: int) -> Running | None:
         return None
 
 
-def admitted(testbed: str | None, state: str | None) -> tuple[list[IptablesRule], list[Running]]:
-    """The rules and the processes of `testbed` (None: every testbed) made
-    under the state directory `state` (None: any), as a teardown Scope says."""
-    digest = None if state is None else tag_of("", state).lstrip(":")
-    rules = [r for r in our_rules() if (testbed is None or r.testbed == testbed)
-             and (digest is None or r.tag.rpartition(":")[2] == digest)]
-    processes = [r for r in find_running()
-                 if (testbed is None or r.testbed == testbed) and (state is None or r.state == state)]
-    return rules, processes
+def admitted(testbed: str | None, state: str | None) -> list[Running]:
+    """The processes of `testbed` (None: every testbed) made under the state
+    directory `state` (None: any), as a teardown Scope says (their rules:
+    iptables.admitted)."""
+    return [r for r in find_running()
+            if (testbed is None or r.testbed == testbed) and (state is None or r.state == state)]
 
 
 def forget(directory: Path) -> None:

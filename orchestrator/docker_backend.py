@@ -2,14 +2,16 @@
 per testbed.
 
 Decisions (docs/docker.md says the same for users):
-- Addressing: the testbed gets its own *internal* bridge network (no route to
-  the outside, orchestrator/docker_network.py); every node gets a static IP
-  (IPAM ipv4_address), assigned in `prepare` so initial_peers can be written
+- Addressing: the testbed gets its own internal network (no route to the
+  outside): a Linux bridge of its own where the host gives root, else a
+  Docker network (orchestrator/docker_wiring.py says why both); every node
+  gets a static IP, assigned in `prepare` so initial_peers can be written
   before any container starts. Peers on port 9000 (the gossipsub-interop
   contract's port), the control endpoint on port 4002 of the same IP; the
   host reaches both over the bridge (its gateway address). Every container's
   hostname and network alias is nodeN (N its index in the experiment), as
-  the contract's `connect` resolves peers by that name.
+  the contract's `connect` resolves peers by that name (a network alias, or
+  /etc/hosts on an own bridge).
 - Foreign routers (orchestrator/foreign.py) run their own image with its own
   entry point, `--params /node/params.json` (+ `--config /node/config.json`
   for our adapters); their stdout is the contract's NDJSON, kept in the
@@ -30,7 +32,6 @@ Decisions (docs/docker.md says the same for users):
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -39,14 +40,15 @@ from typing import Any
 from node.config import NodeConfig
 from orchestrator import docker_collect as collect
 from orchestrator import docker_nodedir as nodedir
+from orchestrator import docker_wiring
 from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.docker_netns import NetnsMixin
 from orchestrator.docker_proxy import config_proxy_shapes, proxy_needed, shape_foreign
-from orchestrator.docker_network import create_network
 from orchestrator.docker_stop import stop_all
 from orchestrator.docker_teardown import Scope, bounded, find, summary, teardown
 from orchestrator.docker_util import (
     LABEL,
+    LABEL_IP,
     LABEL_NODE,
     LABEL_RUN,
     LABEL_STATE,
@@ -62,6 +64,7 @@ from orchestrator.foreign import build_foreign_image, foreign_kind, is_foreign
 from orchestrator.foreign_nodes import PARAMS
 from orchestrator.image_base import image_or_none
 from orchestrator.image_tree import shared_binds
+from orchestrator.iptables import tag_of
 from orchestrator.state import StateStore
 
 __all__ = ["DockerBackend", "NodeResources", "docker_available"]
@@ -106,7 +109,9 @@ class DockerBackend(NetnsMixin, Backend):
         """Options (ctx.options): "image" (default: build or reuse the router
         image), "entrypoint" (what runs in the container; "$0" is the config
         path, "$1" the log path), "resources" (node -> NodeResources),
-        "default_resources", "run_id" (default: the run directory's name)."""
+        "default_resources", "run_id" (default: the run directory's name),
+        "network" (docker_wiring.OWN_BRIDGE or DOCKER_NETWORK; default: an own
+        bridge where the host can give one)."""
         super().__init__(ctx)
         testbed, opts = ctx.testbed, ctx.options
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", testbed):
@@ -117,15 +122,15 @@ class DockerBackend(NetnsMixin, Backend):
         entrypoint = opts.get("entrypoint")
         self.entrypoint = list(entrypoint) if entrypoint else [
             "/bin/sh", "-c", 'exec python3 -m node --config "$0" >>"$1" 2>&1']
+        self.network_kind = docker_wiring.chosen(opts.get("network"))  # what `prepare` makes
         resources = opts.get("resources") or {}
         default_resources = opts.get("default_resources") or NodeResources(memory=DEFAULT_MEMORY)
         self.resources: dict[str, NodeResources] = dict(resources)
         self.default_resources = default_resources
         self._client = docker_client()
-        self._network: Any = None
-        self._subnet: ipaddress.IPv4Network | None = None
-        self._gateway: str | None = None
+        self.wiring: docker_wiring.Wiring | None = None
         self.ips: dict[str, str] = {}
+        self._hosts: dict[str, str] = {}  # every node's alias (nodeN) -> address, for /etc/hosts
         self._partitions: dict[str, set[str]] = {}
         self._caps: ShapingCapabilities | None = None
         self._tc_applied: set[str] = set()
@@ -147,12 +152,12 @@ class DockerBackend(NetnsMixin, Backend):
 
     @property
     def subnet(self) -> str | None:
-        return str(self._subnet) if self._subnet else None
+        return str(self.wiring.subnet) if self.wiring else None
 
     @property
     def gateway(self) -> str | None:
         """The host's address on the testbed network."""
-        return self._gateway
+        return self.wiring.gateway if self.wiring else None
 
     def labels(self, node: str | None = None) -> dict[str, str]:
         labels = {LABEL: "1", LABEL_TESTBED: self.testbed, LABEL_RUN: self.run_id,
@@ -176,10 +181,12 @@ class DockerBackend(NetnsMixin, Backend):
 
             self.image = ensure_image(reporter=self.reporter)
         self._image_binds(self.image)
-        self._create_network(len(nodes))
+        self.wiring = docker_wiring.create(self.network_kind, self._client, self.network_name, len(nodes),
+                                           self.testbed, tag_of(self.testbed, self.state_scope), self.labels())
+        self.reporter.note(self.wiring.describe())
         self.prepare_host_network(len(nodes))
-        for node in nodes:
-            self._allocate(node)
+        for index, node in enumerate(nodes):
+            self._hosts[f"node{index}"] = self._allocate(node)
         for sub in ("configs", "traces", "node-logs"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         return {node: self.address(node) for node in nodes}
@@ -191,19 +198,14 @@ class DockerBackend(NetnsMixin, Backend):
     def _allocate(self, node: str) -> str:
         if node in self.ips:
             return self.ips[node]
-        if self._subnet is None:
+        if self.wiring is None:
             raise TestbedError("DockerBackend.prepare must run before nodes get addresses")
-        used = set(self.ips.values()) | {self._gateway}
-        free = next((str(host) for host in self._subnet.hosts() if str(host) not in used), None)
+        used = set(self.ips.values()) | {self.wiring.gateway}
+        free = next((str(host) for host in self.wiring.subnet.hosts() if str(host) not in used), None)
         if free is None:
-            raise TestbedError(f"subnet {self._subnet} of testbed {self.testbed!r} is full")
+            raise TestbedError(f"subnet {self.wiring.subnet} of testbed {self.testbed!r} is full")
         self.ips[node] = free
         return free
-
-    def _create_network(self, count: int) -> None:
-        self._network, self._subnet, self._gateway = create_network(
-            self._client, self.network_name, count, self.testbed, self.labels())
-        self.reporter.note(f"network {self.network_name} on {self._subnet}")
 
     # ------------------------------------------------------------ containers
 
@@ -214,14 +216,16 @@ class DockerBackend(NetnsMixin, Backend):
         if node not in self.ips and config.listen_host not in ("", "0.0.0.0"):
             self.ips[node] = config.listen_host
         container = self._container_or_none(node)
+        wiring = self._wiring()
         if container is None:
             container = self._create(config)
         else:
             if container.status in ("running", "paused", "restarting"):
                 raise TestbedError(f"node {node} is already running")
-            if not self._attached(container):  # stopped while disconnected: back on the network
-                self._network_obj().connect(container, ipv4_address=self.ips[node])
+            if not self._attached(node, container):  # stopped while cut off: back on the network
+                wiring.join(node, container, self.ips[node])
         start_or_explain(node, container)
+        wiring.started(node, container, self.ips[node])
         # A (re)started node has a fresh network namespace: no partition rules
         # (the controller treats a restarted node as not isolated), and its
         # kernel shaping is applied again.
@@ -256,12 +260,14 @@ class DockerBackend(NetnsMixin, Backend):
 
     def _create(self, config: NodeConfig) -> Any:
         node = config.name
-        if self._network is None or self.image is None or node not in self.ips:
+        if self.wiring is None or self.image is None or node not in self.ips:
             raise TestbedError("DockerBackend.prepare must run before start")
         api = self._client.api
         res = self.resources.get(node, self.default_resources)
         image, entrypoint, command, log_size = self._launch(config)
         alias = f"node{config.index}"
+        net = self.wiring.create_options(self.ips[node], alias, self._hosts)
+        endpoint = net.pop("endpoint", None)
         host_config = api.create_host_config(
             binds={str(nodedir.node_dir(self.run_dir, node)): {"bind": nodedir.MOUNT, "mode": "rw"},
                    **self._image_binds(image)},
@@ -273,18 +279,17 @@ class DockerBackend(NetnsMixin, Backend):
             read_only=True,
             tmpfs={"/tmp": "size=16m"},
             pids_limit=512,
-            network_mode=self.network_name,
             log_config={"type": "json-file", "config": {"max-size": log_size}},
+            **net,
         )
         networking = api.create_networking_config({
-            self.network_name: api.create_endpoint_config(ipv4_address=self.ips[node], aliases=[alias]),
-        })
+            net["network_mode"]: api.create_endpoint_config(**endpoint)}) if endpoint else None
         created = api.create_container(
             image,
             name=container_name(self.testbed, node),
             entrypoint=entrypoint,
             command=command,
-            labels=self.labels(node),
+            labels={**self.labels(node), LABEL_IP: self.ips[node]},
             host_config=host_config,
             networking_config=networking,
             user=self.user.docker_user,
@@ -327,8 +332,9 @@ class DockerBackend(NetnsMixin, Backend):
         flt = {"label": f"{LABEL_TESTBED}={self.testbed}"}
         wanted = set(nodes)
         ids = {(c.get("Labels") or {}).get(LABEL_NODE): c["Id"] for c in self._client.api.containers(filters=flt)}
+        network = self._wiring().network
         return stop_all(self._client, flt, {n: cid for n, cid in ids.items() if n in wanted}, STOP_TIMEOUT_S,
-                        self.network_name)
+                        network)
 
     def kill(self, node: str) -> None:
         kill_container(self._container(node))
@@ -347,8 +353,8 @@ class DockerBackend(NetnsMixin, Backend):
         container = self._container_or_none(node)
         return "absent" if container is None else container.status
 
-    def _attached(self, container: Any) -> bool:
-        return self.network_name in (container.attrs.get("NetworkSettings", {}).get("Networks") or {})
+    def _attached(self, node: str, container: Any) -> bool:
+        return self._wiring().attached(node, container)
 
     def _control(self, node: str, cmd: str, **args: Any) -> dict[str, Any]:
         from node.runtime.client import ControlClient, ControlError  # noqa: PLC0415
@@ -359,37 +365,28 @@ class DockerBackend(NetnsMixin, Backend):
         except ControlError as exc:
             raise TestbedError(f"{node}: {cmd} through the control endpoint failed: {exc}") from None
 
-    def _network_obj(self) -> Any:
+    def _wiring(self) -> docker_wiring.Wiring:
         self._attach()
-        if self._network is None:
-            raise TestbedError(f"testbed {self.testbed!r} has no Docker network (not up?)")
-        return self._network
+        if self.wiring is None:
+            raise TestbedError(f"testbed {self.testbed!r} has no network (not up?)")
+        return self.wiring
 
     def _attach(self) -> None:
-        """Recover the network, subnet, addresses and image from Docker when
+        """Recover the network, subnet, addresses and image from the host when
         this object did not create them (a later CLI process: churn, down)."""
-        if self._network is not None:
+        if self.wiring is not None:
             return
-        import docker.errors  # noqa: PLC0415
-
-        try:
-            network = self._client.networks.get(self.network_name)
-        except docker.errors.NotFound:
+        self.wiring = docker_wiring.find(self._client, self.network_name, self.testbed,
+                                         tag_of(self.testbed, self.state_scope))
+        if self.wiring is None:
             return
-        if (network.attrs.get("Labels") or {}).get(LABEL_TESTBED) != self.testbed:
-            raise TestbedError(f"network {self.network_name} exists but is not testbed {self.testbed!r}'s")
-        self._network = network
-        pools = (network.attrs.get("IPAM") or {}).get("Config") or []
-        if pools:
-            self._subnet = ipaddress.ip_network(pools[0]["Subnet"])
-            self._gateway = pools[0].get("Gateway") or str(next(self._subnet.hosts()))
         for container in self._client.containers.list(all=True, filters=Scope(self.testbed, None).label_filter(),
                                                       ignore_removed=True):
             node = container.labels.get(LABEL_NODE)
             endpoint = (container.attrs.get("NetworkSettings", {}).get("Networks") or {}).get(self.network_name)
-            ipam = (endpoint or {}).get("IPAMConfig") or {}
-            if node and ipam.get("IPv4Address"):
-                self.ips.setdefault(node, ipam["IPv4Address"])
+            ip = container.labels.get(LABEL_IP) or ((endpoint or {}).get("IPAMConfig") or {}).get("IPv4Address")
+            if node and ip:
+                self.ips.setdefault(node, ip)
             elif node:  # disconnected: its config knows its address
                 cfg = nodedir.node_dir(self.run_dir, node) / nodedir.CONFIG
                 if cfg.exists():
@@ -401,6 +398,8 @@ class DockerBackend(NetnsMixin, Backend):
         """Each foreign node's shaping proxy (docker_proxy.ProxyInfo), the host's network facts
         (docker_netns), and the host directories the router image's code and libraries are mounted from."""
         facts: dict[str, Any] = ({"shaping_proxies": self.proxies} if self.proxies else {}) | self.host_network_facts()
+        if self.wiring:
+            facts["network"] = {"kind": self.wiring.kind, "bridge": self.wiring.bridge, "subnet": str(self.wiring.subnet)}
         if self._shared:
             facts["shared_image_tree"] = {bind["bind"]: path for path, bind in self._shared.items()}
         return facts
@@ -435,7 +434,7 @@ class DockerBackend(NetnsMixin, Backend):
         try:
             self.cleanup(self.testbed, self.store)
         finally:
-            self._network = None
+            self.wiring = None
             self._client.close()
 
     @classmethod

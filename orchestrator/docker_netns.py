@@ -10,14 +10,15 @@ partial partitions.
 - Links' delay without netem: the host's delay line (orchestrator/delayline.py),
   started at the first shaping and ended with the testbed; and room for
   every container in the host's neighbour table (orchestrator/neighbours.py).
-- Partitions: full = `network.disconnect`/`connect` with the same static IP;
+- Partitions: full = off the network and back with the same static IP
+  (orchestrator/docker_wiring.py);
   partial (from a set of peers) = iptables DROP rules in the node's
   namespace (also through nsenter), kept separate from tc so shaping and
   partitions never disturb each other.
 
 `NetnsMixin` is the part of DockerBackend that does this; it uses the
 backend's containers, addresses and network (`_container`, `ips`,
-`_gateway`, `_attach`, `_attached`, `_network_obj`, `_control`).
+`gateway`, `_attach`, `_attached`, `_wiring`, `_control`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from node.config import LinkShape
-from orchestrator import delayline, neighbours, tc
+from orchestrator import delayline, iptables, neighbours, tc
 from orchestrator.backend import ShapingCapabilities
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.progress import Reporter
@@ -48,8 +49,7 @@ class NetnsMixin:
     run_dir: Path
     ips: dict[str, str]
     commands_run: list[str]
-    _gateway: str | None
-    _subnet: Any
+    gateway: str | None
     _partitions: dict[str, set[str]]
     _caps: ShapingCapabilities | None
     # nodes whose current namespace holds a qdisc this object put there; a
@@ -66,14 +66,13 @@ class NetnsMixin:
     state_scope: str
 
     def disconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
-        """None/empty: leave the Docker network (every connection dies, as a
-        cable pulled); peers: drop packets to and from them (iptables in the
+        """None/empty: leave the testbed's network (every connection dies, as
+        a cable pulled); peers: drop packets to and from them (iptables in the
         node's namespace, or the node's own `isolate` without root)."""
         self._attach()
         container = self._container(node)
         if not peers:
-            if self._attached(container):
-                self._network_obj().disconnect(container, force=True)
+            self._wiring().cut(node, container)
             return
         cut = set(peers) - self._partitions.get(node, set())
         self._partitions.setdefault(node, set()).update(cut)
@@ -88,8 +87,8 @@ class NetnsMixin:
         self._attach()
         container = self._container(node)
         if not peers:
-            if not self._attached(container):
-                self._network_obj().connect(container, ipv4_address=self.ips[node])
+            if not self._attached(node, container):
+                self._wiring().join(node, container, self.ips[node])
                 self._tc_applied.discard(node)  # a new veth, with no qdisc on it
                 self._apply_tc(node)  # shape it again
             healed = self._partitions.pop(node, set())
@@ -135,17 +134,15 @@ class NetnsMixin:
     def _delay_line(self) -> delayline.DelayLine:
         """This testbed's delay line, started on its bridge when it is not running."""
         if self._delay is None:
-            network = self._network_obj()
-            bridge = (network.attrs.get("Options") or {}).get("com.docker.network.bridge.name") \
-                or f"br-{network.id[:12]}"
+            wiring = self._wiring()
             line = self._testbed_delay_line()
-            line.ensure(bridge, str(self._subnet), seed=zlib.crc32(f"{self.testbed}:{self.run_dir.name}".encode()))
+            line.ensure(wiring.bridge, str(wiring.subnet), seed=zlib.crc32(f"{self.testbed}:{self.run_dir.name}".encode()))
             self._delay = line
         return self._delay
 
     def _testbed_delay_line(self) -> delayline.DelayLine:
         return delayline.DelayLine(self.store.dir(self.testbed) / "delay-line",
-                                   delayline.tag_of(self.testbed, self.state_scope))
+                                   iptables.tag_of(self.testbed, self.state_scope))
 
     def prepare_host_network(self, containers: int) -> None:
         """Room for `containers` in the host's neighbour table
@@ -208,7 +205,7 @@ class NetnsMixin:
             raise TestbedError(f"{node}: kernel shaping names peers with no address: {', '.join(unknown)}")
         per_dest = {self.ips[p]: s for p, s in per_peer.items() if p != DEFAULT_PEER}
         cmds = tc.egress_commands(
-            per_dest, uplink, default=per_peer.get(DEFAULT_PEER), exempt=[self._gateway] if self._gateway else [],
+            per_dest, uplink, default=per_peer.get(DEFAULT_PEER), exempt=[self.gateway] if self.gateway else [],
             netem=caps.path == "netem", dev="eth0",
         )
         if not cmds and node not in self._tc_applied:
@@ -239,7 +236,7 @@ class NetnsMixin:
     def _netns_ready(self, node: str) -> bool:
         container = self._container_or_none(node)
         return (container is not None and container.status in ("running", "paused")
-                and self._attached(container))
+                and self._attached(node, container))
 
     @staticmethod
     def _can_nsenter() -> bool:

@@ -24,7 +24,7 @@ def create_network(
     import docker.errors  # noqa: PLC0415 - the Docker SDK only where Docker is used
     from docker.types import IPAMConfig, IPAMPool  # noqa: PLC0415
 
-    prefix = min(24, 32 - max(2, (count + 3 - 1).bit_length()))
+    prefix = subnet_prefix(count)
     tried: list[str] = []
     for subnet in candidate_subnets(client, prefix, testbed):
         gateway = str(next(subnet.hosts()))
@@ -40,6 +40,12 @@ def create_network(
             raise TestbedError(f"cannot create network {name}: {exc.explanation or exc}") from exc
         return network, subnet, gateway
     raise TestbedError(f"no free /{prefix} left in {SUBNET_POOL} for testbed {testbed!r}: " + "; ".join(tried[-5:]))
+
+
+def subnet_prefix(count: int) -> int:
+    """The longest prefix with room for `count` nodes, the gateway, the
+    network and broadcast addresses (a /24 at least)."""
+    return min(24, 32 - max(2, (count + 3 - 1).bit_length()))
 
 
 def host_routes() -> list[ipaddress.IPv4Network]:

@@ -17,9 +17,12 @@ active endpoints" and its subnet leaks. The cure is to avoid the race:
 2. a network is removed only after every endpoint the testbed's labels and
    container names account for has been force-disconnected, and removal is
    retried with exponential backoff while Docker still reports endpoints;
-3. the testbed's delay line (orchestrator/delayline.py), after its containers,
-   whose drain crossed it: its iptables rules, then its process, found by
-   the rules' comments and the process's command line, not by labels;
+3. the host's side, after the containers, whose drain crossed it: the
+   iptables rules of the testbed's delay line (orchestrator/delayline.py) and
+   of its own bridge (orchestrator/own_bridge.py), the delay line's process,
+   then the bridge, found by the rules' comments, the process's command line
+   and the bridge's ifalias, not by labels. Containers on an own bridge hold
+   no Docker endpoint, so they go PARALLEL_NO_ENDPOINT at a time;
 4. what is left after that is reported as a Leftover naming the resource and
    the exact command that removes it (for a network whose endpoints only a
    daemon restart clears, that restart), never silently dropped; the caller
@@ -40,12 +43,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator import delayline
+from orchestrator import delayline, iptables, own_bridge
 from orchestrator.docker_util import LABEL_STATE, LABEL_TESTBED
 from orchestrator.progress import Reporter
 from orchestrator.errors import TeardownIncomplete
 
 PARALLEL = 8  # concurrent removals: enough to be quick, few enough not to race the network layer
+PARALLEL_NO_ENDPOINT = 16  # ... when no Docker network of ours is left to race
 NETWORK_BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # waits between network removal attempts (~16 s)
 SETTLE_S = 0.5  # wait before the re-listing that catches objects a killed CLI's last calls created
 NO_ENDPOINT = ("exited", "dead", "created")  # container states that hold no network endpoint
@@ -84,7 +88,7 @@ class Scope:
 class Resource:
     """One labelled Docker object, as listed before removal."""
 
-    kind: str  # container | network | volume
+    kind: str  # container | network | volume | iptables rule | delay line | bridge
     name: str
     id: str
     testbed: str
@@ -111,23 +115,30 @@ class Found:
     containers: list[Any] = field(default_factory=list)
     networks: list[Any] = field(default_factory=list)
     volumes: list[Any] = field(default_factory=list)
-    delay_rules: list[delayline.IptablesRule] = field(default_factory=list)  # orchestrator.delayline
+    rules: list[iptables.IptablesRule] = field(default_factory=list)  # the delay line's and the bridge's
     delay_lines: list[delayline.Running] = field(default_factory=list)
+    bridges: list[tuple[str, str]] = field(default_factory=list)  # own bridges: (name, tag)
 
     def __bool__(self) -> bool:
-        return bool(self.containers or self.networks or self.volumes or self.delay_rules or self.delay_lines)
+        return bool(self.containers or self.networks or self.volumes or self.rules or self.delay_lines
+                    or self.bridges)
 
     def resources(self) -> list[Resource]:
         return ([_resource("container", c) for c in self.containers]
                 + [_resource("network", n) for n in self.networks]
                 + [_resource("volume", v) for v in self.volumes]
-                + [_rule_resource(r) for r in self.delay_rules]
-                + [_line_resource(r) for r in self.delay_lines])
+                + [_rule_resource(r) for r in self.rules]
+                + [_line_resource(r) for r in self.delay_lines]
+                + [_bridge_resource(*b) for b in self.bridges])
 
 
-def _rule_resource(rule: delayline.IptablesRule) -> Resource:
-    return Resource("iptables rule", f"{rule.table} {rule.spec[0]} ({rule.tag})", f"{rule.table}:{rule.tag}",
-                    rule.testbed, "")
+def _rule_resource(rule: iptables.IptablesRule) -> Resource:
+    return Resource("iptables rule", f"{rule.table} {rule.spec[0]} ({rule.owner} {rule.tag})",
+                    f"{rule.table}:{shlex.join(rule.spec)}", rule.testbed, "")
+
+
+def _bridge_resource(name: str, tag: str) -> Resource:
+    return Resource("bridge", name, f"bridge-{name}", tag.rpartition(":")[0], "")
 
 
 def _line_resource(running: delayline.Running) -> Resource:
@@ -163,11 +174,13 @@ def _resource(kind: str, obj: Any) -> Resource:
 
 def find(client: Any, scope: Scope) -> Found:
     """Every container, network and volume the scope admits, and the delay
-    lines (process and iptables rule) of the testbeds it admits."""
+    lines (process and iptables rules) and own bridges (bridge and iptables
+    rules) of the testbeds it admits."""
     flt = scope.label_filter()
-    delay_rules, delay_lines = delayline.admitted(scope.testbed, scope.state)
     return Found(
-        delay_rules=delay_rules, delay_lines=delay_lines,
+        rules=iptables.admitted(None, scope.testbed, scope.state),
+        delay_lines=delayline.admitted(scope.testbed, scope.state),
+        bridges=own_bridge.admitted(scope.testbed, scope.state),
         # sparse: one listing call, not an inspect per container (seconds at 250)
         containers=[c for c in client.containers.list(all=True, filters=flt, sparse=True)
                     if scope.admits(labels_of(c))],
@@ -213,7 +226,8 @@ def teardown(client: Any, scope: Scope, reporter: Reporter | None = None,
                 _disconnect(container, our_networks)
         late = []
         for container, outcome in zip(found.containers, bounded(
-                lambda c: _remove_container(c, force=c.id in live), found.containers), strict=True):
+                lambda c: _remove_container(c, force=c.id in live), found.containers,
+                PARALLEL if found.networks else PARALLEL_NO_ENDPOINT), strict=True):
             if outcome is None:
                 late.append(container)
             else:
@@ -225,7 +239,7 @@ def teardown(client: Any, scope: Scope, reporter: Reporter | None = None,
             _note(*_remove_network(client, network, ours, sleep), removed, left)
         for volume in found.volumes:
             _note(*_remove_volume(volume), removed, left)
-        _remove_delay_lines(found, removed, left)  # after the containers: their drain crossed it
+        _remove_host_side(found, removed, left)  # after the containers: their drain crossed it
         if not found.containers or live or late or any(_state(c) == "created" for c in found.containers):
             sleep(SETTLE_S)  # a CLI may have been killed half-way through `up`: its last calls may still land
     return TeardownReport(tuple(removed), tuple(left.values()))
@@ -354,10 +368,10 @@ def _remove_volume(volume: Any) -> tuple[str | None, Leftover | None]:
     return f"removed volume {res.name} ({res.testbed})", None
 
 
-def _remove_delay_lines(found: Found, removed: list[str], left: dict[str, Leftover]) -> None:
-    """Rules first, so a delay line releases what it holds and nothing new reaches it."""
-    for rule in found.delay_rules:
-        why = delayline.remove_rule(rule)
+def _remove_host_side(found: Found, removed: list[str], left: dict[str, Leftover]) -> None:
+    """Rules first, so a delay line releases what it holds and nothing new reaches it; bridges last."""
+    for rule in found.rules:
+        why = iptables.remove(rule)
         _note(None if why else f"removed {rule.describe()}",
               Leftover(_rule_resource(rule), why, rule.command()) if why else None, removed, left)
     for running in found.delay_lines:
@@ -367,6 +381,11 @@ def _remove_delay_lines(found: Found, removed: list[str], left: dict[str, Leftov
             delayline.forget(running.table.parent)
         _note(f"ended {running.describe()}" if ended else None,
               None if ended else Leftover(res, "it did not exit on SIGTERM nor SIGKILL", f"kill -9 {running.pid}"),
+              removed, left)
+    for name, tag in found.bridges:
+        why = own_bridge.remove_named(name, tag)
+        _note(None if why else f"removed bridge {name} ({tag})",
+              Leftover(_bridge_resource(name, tag), "; ".join(why), f"ip link del {name}") if why else None,
               removed, left)
 
 

@@ -18,6 +18,7 @@ LABEL = "gossip-testbed"  # "1" on images, the base image and every object below
 LABEL_TESTBED = "gossip-testbed.testbed"
 LABEL_RUN = "gossip-testbed.run"
 LABEL_NODE = "gossip-testbed.node"
+LABEL_IP = "gossip-testbed.ip"  # a node's address: a container on an own bridge has no endpoint to say it
 # The state directory (orchestrator.state) of the CLI that made an object:
 # `testbed down --all` removes only its own state dir's objects, so a test
 # suite with its own TESTBED_STATE_DIR never touches a real testbed.

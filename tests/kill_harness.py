@@ -6,7 +6,8 @@ One try: pick a command (`up`, `run` or `down`) and a moment with a seeded
 RNG, SIGKILL the CLI at that moment, then run `testbed down --all` under the
 same state directory and count what is left of everything that state
 directory made: containers, networks, volumes, live network namespaces,
-delay lines (process and iptables rule) and state records. The moments are printed so that a failing try can be replayed.
+delay lines (processes), iptables rules (the delay line's and the own
+bridge's), own bridges and state records. The moments are printed so that a failing try can be replayed.
 
 A network namespace counts as left when its file under /var/run/docker/netns
 is still an nsfs mount; an unmounted file is Docker's own bookkeeping, which
@@ -25,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator import delayline
+from orchestrator import delayline, iptables, own_bridge
 from orchestrator.docker_util import LABEL_STATE
 
 TESTBED = Path(sys.executable).parent / "testbed"
@@ -67,6 +68,15 @@ def labelled(state: Path) -> dict[str, list[str]]:
             cmd.insert(3, "-a")
         out[kind] = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
     return out
+
+
+def host_side(state: Path) -> dict[str, list[str]]:
+    """What state directory `state` made on the host outside Docker: delay
+    line processes, iptables rules, own bridges."""
+    scope = str(state.resolve())
+    return {"delay lines": [line.describe() for line in delayline.admitted(None, scope)],
+            "iptables rules": [rule.describe() for rule in iptables.admitted(None, None, scope)],
+            "bridges": [name for name, _ in own_bridge.admitted(None, scope)]}
 
 
 def sandbox_keys(state: Path) -> set[str]:
@@ -175,8 +185,7 @@ def one_try(index: int, rng: random.Random, work: Path) -> TryResult:
     down = subprocess.run([str(TESTBED), "down", "--all"], env=env, capture_output=True, text=True, timeout=300)
     left = labelled(state)
     left["netns"] = live_netns(watch.keys)
-    rules, lines = delayline.admitted(None, str(state.resolve()))
-    left["delay lines"] = [line.describe() for line in lines] + [rule.describe() for rule in rules]
+    left.update(host_side(state))
     left["records"] = records(state)
     return TryResult(index, command, at, killed, down.returncode, left)
 

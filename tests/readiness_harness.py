@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.kill_harness import labelled, live_netns, records, sandbox_keys
+from tests.kill_harness import host_side, labelled, live_netns, records, sandbox_keys
 
 
 def experiment_text(name: str, nodes: int, messages: int = 1, interval: str = "100ms") -> str:
@@ -110,6 +110,7 @@ def readiness_tries(nodes: int, tries: int, work: Path, report=print) -> list[Re
             left = labelled(state)
             left["netns"] = live_netns(netns)
             left["records"] = records(state)
+            left.update(host_side(state))
             result = ReadinessTry(index, nodes, error, len(netns), t_down - t0,
                                   marks.get("down_end", t_down) - t_down, left)
             report(result.line())

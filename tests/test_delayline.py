@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from node.config import LinkShape
-from orchestrator import delayline
+from orchestrator import delayline, iptables
 
 
 def test_a_rule_is_one_table_line_in_microseconds_and_ppm():
@@ -76,28 +76,35 @@ LISTINGS = {
 -A FORWARD -i br-2 -o br-2 -m comment --comment "gossip-testbed b:{b}" -j NFQUEUE --queue-num 31006
 -A FORWARD -i br-3 -o br-3 -m comment --comment "someone else's" -j NFQUEUE --queue-num 31007
 """,
+    "filter": """\
+-P FORWARD DROP
+-A FORWARD -i gtb1 -o gtb1 -m comment --comment "gossip-testbed-bridge a:{a}" -j ACCEPT
+-A FORWARD -j DOCKER-USER
+""",
 }
 
 
 def test_teardown_admits_rules_and_processes_by_testbed_and_state(monkeypatch):
-    a, b = delayline.tag_of("a", "/s1").split(":")[1], delayline.tag_of("b", "/s2").split(":")[1]
-    monkeypatch.setattr(delayline.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(delayline.shutil, "which", lambda name: "/usr/sbin/" + name)
-    monkeypatch.setattr(delayline, "_iptables", lambda table, action, spec, check=True: subprocess.CompletedProcess(
-        [], 0, LISTINGS[table].format(a=a, b=b), ""))
+    a, b = iptables.tag_of("a", "/s1").split(":")[1], iptables.tag_of("b", "/s2").split(":")[1]
+    monkeypatch.setattr(iptables.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(iptables.shutil, "which", lambda name: "/usr/sbin/" + name)
+    monkeypatch.setattr(iptables, "run", lambda table, action, spec, check=True: subprocess.CompletedProcess(
+        [], 0, LISTINGS.get(table, "").format(a=a, b=b), ""))
     processes = [delayline.Running(11, 31005, Path("/s1/testbeds/a/delay-line/table")),
                  delayline.Running(12, 31006, Path("/s2/testbeds/b/delay-line/table"))]
     monkeypatch.setattr(delayline, "find_running", lambda: processes)
-    rules, lines = delayline.admitted("a", "/s1")
-    assert [(r.table, r.spec[0], r.tag) for r in rules] == [("raw", "PREROUTING", f"a:{a}"),
-                                                            ("mangle", "FORWARD", f"a:{a}")]
+    rules, lines = iptables.admitted(None, "a", "/s1"), delayline.admitted("a", "/s1")
+    assert [(r.table, r.spec[0], r.owner, r.tag) for r in rules] == [
+        ("raw", "PREROUTING", iptables.DELAY_LINE, f"a:{a}"), ("mangle", "FORWARD", iptables.DELAY_LINE, f"a:{a}"),
+        ("filter", "FORWARD", iptables.BRIDGE, f"a:{a}")]
     # what deletes a rule is what `iptables -S` listed, comment and all
     assert rules[1].command() == (f"iptables -t mangle -D FORWARD -i br-1 -o br-1 -m comment --comment "
                                   f"'gossip-testbed a:{a}' -j NFQUEUE --queue-num 31005")
+    assert [r.tag for r in iptables.admitted(iptables.BRIDGE, None, None)] == [f"a:{a}"]
     assert [r.pid for r in lines] == [11]
-    assert [r.spec[-1] for r in delayline.admitted(None, "/s2")[0]] == ["31006"]
-    assert [r.pid for r in delayline.admitted(None, None)[1]] == [11, 12]  # `testbed gc`: any state directory
-    assert delayline.admitted("a", "/s2") == ([], [])
+    assert [r.spec[-1] for r in iptables.admitted(iptables.DELAY_LINE, None, "/s2")] == ["31006"]
+    assert [r.pid for r in delayline.admitted(None, None)] == [11, 12]  # `testbed gc`: any state directory
+    assert iptables.admitted(None, "a", "/s2") == [] and delayline.admitted("a", "/s2") == []
 
 
 def test_the_manifest_warns_when_the_delay_line_did_not_shape_as_asked():
@@ -160,10 +167,10 @@ def _ping(ns: str, ip: str, count: int, interval: float = 0.02) -> tuple[list[fl
 
 def test_real_packets_get_the_delay_and_loss_asked_and_ending_leaves_nothing(bridge):
     br, ns, ip, tmp = bridge
-    line = delayline.DelayLine(tmp / "testbeds" / "tb" / "delay-line", delayline.tag_of("tb", str(tmp)))
+    line = delayline.DelayLine(tmp / "testbeds" / "tb" / "delay-line", iptables.tag_of("tb", str(tmp)))
     running = line.ensure(br, ip["a"].rsplit(".", 1)[0] + ".0/24", seed=7)
     try:
-        assert sorted(r.table for r in delayline.our_rules() if r.tag == line.tag) == ["mangle", "raw"]
+        assert sorted(r.table for r in iptables.our_rules() if r.tag == line.tag) == ["mangle", "raw"]
         line.set_source(ip["a"], {ip["b"]: LinkShape(delay_ms=20)})
         rtts, lost = _ping(ns["a"], ip["b"], 20)
         assert lost == 0 and 20 <= statistics.median(rtts) <= 24, rtts  # b -> a has no rule: unshaped
@@ -180,6 +187,6 @@ def test_real_packets_get_the_delay_and_loss_asked_and_ending_leaves_nothing(bri
     assert "bound" in (tmp / "kept.log").read_text() and not line.directory.parent.exists()
     assert stats["dropped_loss"] == lost and stats["seed"] == 7 and stats["packets"] >= 680
     assert line.running() is None
-    assert not any(r.tag == line.tag for r in delayline.our_rules())
+    assert not any(r.tag == line.tag for r in iptables.our_rules())
     _, lost = _ping(ns["a"], ip["b"], 3)
     assert lost == 0  # with the rule gone, frames cross unqueued again

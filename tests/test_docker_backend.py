@@ -1,6 +1,7 @@
 """The Docker backend's plumbing with a stand-in router (a TCP sink): labels,
 addresses, churn verbs, partitions, kernel rate shaping, cleanup after a
-crash, two testbeds side by side. The real routers are in
+crash, two testbeds side by side, on either kind of testbed network (an own
+bridge, the default as root, and a Docker network). The real routers are in
 test_docker_routers.py."""
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import pytest
 
 from node.config import LinkShape
 from orchestrator.backend import BackendContext
-from orchestrator.docker_util import LABEL_NODE, LABEL_RUN, LABEL_TESTBED
+from orchestrator import own_bridge
+from orchestrator.docker_util import LABEL_IP, LABEL_NODE, LABEL_RUN, LABEL_TESTBED
+from orchestrator.docker_wiring import DOCKER_NETWORK, OWN_BRIDGE
 from orchestrator.state import StateStore
 from tests.docker_fixtures import (  # noqa: F401 - fixtures
     SEND,
@@ -30,6 +33,9 @@ from tests.docker_fixtures import (  # noqa: F401 - fixtures
 )
 
 pytestmark = [pytest.mark.docker, needs_docker]
+# Both kinds of network where the host can make both (an own bridge needs root).
+NETWORKS = [DOCKER_NETWORK, pytest.param(OWN_BRIDGE, marks=pytest.mark.skipif(
+    own_bridge.unavailable() is not None, reason=f"no own bridge here: {own_bridge.unavailable()}"))]
 
 
 def _docker_ls(kind: str, testbed: str) -> list[str]:
@@ -49,6 +55,22 @@ def _send(backend, src: str, dst: str, nbytes: int, timeout: float = 20) -> tupl
     return int(words[0]), float(words[1])
 
 
+def _networks_of(backend) -> list[str]:
+    """The testbed's networks left on the host: Docker networks by label, own bridges by ifalias."""
+    return _docker_ls("network", backend.testbed) + [name for name, _ in own_bridge.admitted(backend.testbed, None)]
+
+
+def _address_of(backend, node: str) -> str:
+    """A running container's address, as the host's network says."""
+    container = backend._container(node)
+    if backend.wiring.kind == DOCKER_NETWORK:
+        return container.attrs["NetworkSettings"]["Networks"][backend.network_name]["IPAddress"]
+    pid = str(container.attrs["State"]["Pid"])
+    shown = subprocess.run(["nsenter", "-t", pid, "-n", "ip", "-4", "-o", "address", "show", "eth0"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    return shown[shown.index("inet") + 1].split("/")[0]
+
+
 def _up(backend, nodes, peers=None):
     addresses = backend.prepare(nodes)
     for node in nodes:
@@ -65,8 +87,9 @@ def test_docker_available_answers():
     assert ok and why.startswith("Docker ")
 
 
-def test_lifecycle_labels_addresses_and_churn(docker_backends):
-    backend = docker_backends(entrypoint=SINK_ENTRYPOINT)
+@pytest.mark.parametrize("network", NETWORKS)
+def test_lifecycle_labels_addresses_and_churn(docker_backends, network):
+    backend = docker_backends(entrypoint=SINK_ENTRYPOINT, network=network)
     nodes = ["n0", "n1", "n2"]
     addresses = _up(backend, nodes)
 
@@ -87,10 +110,15 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends):
         hc = c.attrs["HostConfig"]
         assert not hc["Privileged"] and hc["CapDrop"] == ["ALL"] and not hc.get("CapAdd")
         assert hc["Memory"] == 256 * 1024 * 1024
-        assert c.attrs["NetworkSettings"]["Networks"][backend.network_name]["IPAddress"] == addresses[node].host
+        assert c.labels[LABEL_IP] == _address_of(backend, node) == addresses[node].host
         cfg = json.loads((backend.run_dir / "nodes" / node / "config.json").read_text())
         assert cfg["trace_path"] == "/node/trace.pb"
-    assert client.networks.get(backend.network_name).attrs["Labels"][LABEL_TESTBED] == backend.testbed
+    if network == DOCKER_NETWORK:
+        assert client.networks.get(backend.network_name).attrs["Labels"][LABEL_TESTBED] == backend.testbed
+    else:  # no Docker network at all; its own bridge, found by its alias
+        assert _docker_ls("network", backend.testbed) == [] and _networks_of(backend) == [backend.wiring.bridge]
+        assert backend._container("n0").attrs["HostConfig"]["NetworkMode"] == "none"
+        assert backend.manifest_facts()["network"]["kind"] == OWN_BRIDGE
 
     # kill -> start
     backend.kill("n0")
@@ -103,7 +131,7 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends):
     assert backend.status("n1") == "exited"
     backend.start(sink_config(backend, "n1", addresses))
     assert wait_for(lambda: tcp_reachable(ips[1], 9000))
-    assert backend._container("n1").attrs["NetworkSettings"]["Networks"][backend.network_name]["IPAddress"] == ips[1]
+    assert _address_of(backend, "n1") == ips[1]
 
     # pause: still "running" for the backend, but frozen
     backend.pause("n2")
@@ -121,7 +149,7 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends):
 
     backend.destroy()
     assert _docker_ls("container", backend.testbed) == []
-    assert _docker_ls("network", backend.testbed) == []
+    assert _networks_of(backend) == []
     # destroy keeps the run directory
     assert (backend.run_dir / "nodes" / "n0" / "config.json").exists()
 
@@ -148,8 +176,9 @@ def test_partial_partition_with_iptables(docker_backends):
     assert _send(backend, "a", "c", 100)[0] == 100
 
 
-def test_fresh_process_churn_and_restart_while_disconnected(docker_backends):
-    backend = docker_backends(entrypoint=SINK_ENTRYPOINT)
+@pytest.mark.parametrize("network", NETWORKS)
+def test_fresh_process_churn_and_restart_while_disconnected(docker_backends, network):
+    backend = docker_backends(entrypoint=SINK_ENTRYPOINT, network=network)
     _up(backend, ["a", "b"])
     ip = backend.ips["a"]
     fresh = type(backend)(BackendContext(backend.testbed, backend.run_dir, backend.store))  # knows nothing
@@ -231,8 +260,10 @@ def test_cleanup_after_a_crash_from_a_fresh_process(docker_backends):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     lines = json.loads(out.stdout)
-    assert sum("container" in line for line in lines) == 2 and any("network" in line for line in lines)
+    assert sum("container" in line for line in lines) == 2
+    assert any(("network" in line or "bridge" in line) and name in line for line in lines)
     assert _docker_ls("container", name) == [] and _docker_ls("network", name) == []
+    assert own_bridge.admitted(name, None) == []
     # idempotent
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
@@ -295,8 +326,9 @@ def test_cleanup_all_is_scoped_to_the_state_dir(docker_backends, tmp_path, monke
     other.prepare(["n0"])
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state-a"))
     lines = DockerBackend.cleanup(None, StateStore())  # `testbed down --all` under state-a
-    assert any(mine.network_name in line for line in lines)
-    assert not any(other.network_name in line for line in lines)
-    assert _docker_ls("network", other.testbed) != []
+    assert any(mine.testbed in line for line in lines)
+    assert not any(other.testbed in line for line in lines)
+    assert _networks_of(other) != []
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state-b"))
-    assert any(other.network_name in line for line in DockerBackend.cleanup(None, StateStore()))
+    assert any(other.testbed in line for line in DockerBackend.cleanup(None, StateStore()))
+    assert _networks_of(mine) == _networks_of(other) == []

@@ -30,7 +30,9 @@ from tests.docker_fixtures import (  # noqa: F401 - fixtures
     unique_testbed,
     wait_for,
 )
-from tests.kill_harness import labelled, live_netns, records, sandbox_keys
+from orchestrator import iptables, own_bridge
+from orchestrator.docker_wiring import DOCKER_NETWORK, ENV
+from tests.kill_harness import host_side, labelled, live_netns, records, sandbox_keys
 from tests.readiness_harness import experiment_text, readiness_tries
 
 pytestmark = [pytest.mark.docker, needs_docker]
@@ -52,6 +54,7 @@ def assert_nothing_left(state: Path, netns: set[str]) -> None:
     assert labelled(state) == {"container": [], "network": [], "volume": []}
     assert records(state) == []
     assert live_netns(netns) == []
+    assert host_side(state) == {"delay lines": [], "iptables rules": [], "bridges": []}
 
 
 def test_two_readiness_timeouts_in_a_row_with_thirty_containers_leave_nothing(tmp_path, node_image):
@@ -149,7 +152,7 @@ def test_down_through_the_cli_exits_1_names_what_stays_and_keeps_the_record_unti
     network (never touching the foreign container), exits 1 naming the
     network and the command, and keeps the record; once the command has run,
     the next `down` finishes and forgets the testbed."""
-    env = state_env(tmp_path)
+    env = {**state_env(tmp_path), ENV: DOCKER_NETWORK}  # the leftover here is a Docker network's
     state = tmp_path / "state"
     name = f"stay-{os.getpid()}"
     network, foreign = f"gtb-{name}", f"foreign-{os.getpid()}"
@@ -194,19 +197,23 @@ def test_gc_lists_asks_and_removes_a_testbed_from_another_state_dir(docker_backe
     assert listing.returncode == 0, listing.stderr
     doc = json.loads(listing.stdout)
     found = {(r["kind"], r["name"]) for r in doc["found"]}
-    assert {("container", f"gtb-{backend.testbed}-n0"), ("network", backend.network_name)} <= found
-    assert doc["removed"] == [] and all(r["state"] for r in doc["found"] if r["testbed"] == backend.testbed)
+    net = ("network", backend.network_name) if backend.wiring.kind == DOCKER_NETWORK else ("bridge", backend.wiring.bridge)
+    assert {("container", f"gtb-{backend.testbed}-n0"), net} <= found
+    ours = [r for r in doc["found"] if r["testbed"] == backend.testbed]
+    assert doc["removed"] == [] and all(r["state"] for r in ours if r["kind"] in ("container", "network"))
     # asked and declined: nothing removed, exit 1
     declined = gc("--testbed", backend.testbed, stdin="n\n")
-    assert declined.returncode == 1 and "remove 1 container, 1 network?" in declined.stderr
-    assert backend.network_name in declined.stdout
+    assert declined.returncode == 1 and "remove " in declined.stderr
+    assert "1 container" in declined.stderr and f"1 {net[0]}," in declined.stderr
+    assert net[1] in declined.stdout
     assert len(labelled(tmp_path / "state-a")["container"]) == 1
     # --json cannot prompt
     assert gc("--testbed", backend.testbed, "--json").returncode == 2
     removed = gc("--testbed", backend.testbed, "--yes", "--json")
     assert removed.returncode == 0, removed.stderr
-    assert len(json.loads(removed.stdout)["removed"]) == 2
+    assert len(json.loads(removed.stdout)["removed"]) == len(ours)
     assert labelled(tmp_path / "state-a") == {"container": [], "network": [], "volume": []}
+    assert own_bridge.admitted(backend.testbed, None) == [] and iptables.admitted(None, backend.testbed, None) == []
 
 
 def test_a_container_touches_only_its_own_node_directory(docker_backends):

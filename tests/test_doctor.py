@@ -253,7 +253,7 @@ def healthy() -> HostFacts:
         backends=("process", "docker"), default_backend="docker",
         docker=F.DockerFacts("27.3.1", "", "inactive",
                              ImageStatus(SLIM, f"{IMAGE_REPO}:abc", True, ())),
-        shaping=tc.NetemProbe(True, True, True, "netns", "ok"), delay_line=None,
+        shaping=tc.NetemProbe(True, True, True, "netns", "ok"), delay_line=None, own_bridge=None,
         java="17.0.13", pyspark="4.3.0", spark_start_s=None, spark_error="",
         kvm="rw", qemu="7.2.15", cargo="1.95.0", rustc="1.95.0", pylibp2p="/x/.venv-pylibp2p/bin/python",
         chromium="131.0", memory=F.Memory(24 * 2**30, 20 * 2**30), cores=2,
@@ -309,6 +309,14 @@ def test_kernel_without_netem_but_with_the_delay_line_shapes_every_link():
     report, checks = checks_of(replace(healthy(), shaping=tc.NetemProbe(False, True, True, "netns", "failed")))
     check = checks["kernel shaping"]
     assert check.status == "ok" and "netem no" in check.found and "delay line" in check.found
+
+
+def test_a_testbed_network_without_root_is_a_docker_network_and_says_what_it_costs():
+    assert checks_of(healthy())[1]["testbed network"].status == "ok"
+    report, checks = checks_of(replace(healthy(), root=False, own_bridge="an own bridge needs root"))
+    check = checks["testbed network"]
+    assert report.demo_ok and check.status == "limited" and "needs root" in check.found
+    assert "one at a time" in check.cost and "root" in check.fix
 
 
 def test_kernel_probe_without_root_says_so():

@@ -65,6 +65,7 @@ def assess(facts: HostFacts) -> Report:
         _docker(facts),
         _swarm(facts),
         _image(facts),
+        _network(facts),
         _shaping(facts),
         _java(facts),
         _pyspark(facts),
@@ -103,6 +104,15 @@ def _docker(f: HostFacts) -> Check:
     return Check("docker", MISSING, f.docker.error,
                  "no docker backend: runs use --backend process (user-space shaping, no containers)",
                  "apt-get install docker.io && systemctl start docker (or set DOCKER_HOST)")
+
+
+def _network(f: HostFacts) -> Check:
+    if f.own_bridge is None:
+        return Check("testbed network", OK, "each testbed gets a bridge of its own (containers on network none): "
+                     "they stop and go all at once")
+    return Check("testbed network", LIMITED, f"a Docker network per testbed ({f.own_bridge})",
+                 "docker backend: containers leave a Docker network one at a time (Docker 20.10 loses "
+                 "endpoint counts otherwise): `down` of 250 takes 15-45 s", "run testbed as root")
 
 
 def _swarm(f: HostFacts) -> Check:

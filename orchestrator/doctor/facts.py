@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import delayline, tc
+from orchestrator import delayline, own_bridge, tc
 from orchestrator.doctor.lockcheck import canonical, drift, lock_pins
 from orchestrator.image import ImageStatus, image_status
 
@@ -83,6 +83,7 @@ class HostFacts:
     docker: DockerFacts
     shaping: tc.NetemProbe
     delay_line: str | None  # why the docker backend's delay line cannot run here; None: it can
+    own_bridge: str | None  # why the docker backend cannot give a testbed its own bridge; None: it can
     java: str | None
     pyspark: str | None
     spark_start_s: float | None  # None: not measured (or failed: spark_error)
@@ -262,6 +263,7 @@ def gather(
         docker=docker_facts(docker_client or (lambda: real_client(timeout=10))),
         shaping=shaping(),
         delay_line=delayline.unavailable(),
+        own_bridge=own_bridge.unavailable(),
         java=java(host),
         pyspark=distribution_version("pyspark"),
         spark_start_s=spark_s,
