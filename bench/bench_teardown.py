@@ -14,9 +14,12 @@ reports the time to the failure, the teardown's time and what each left:
 
 With --down N it times `testbed down` of a live N-container testbed (brought
 up with `testbed up` before each try): the CLI's wall time, its CPU time and
-dockerd's CPU time during it, and what was left:
+dockerd's CPU time during it, and what was left; the testbed's network is
+an own bridge as root, else a Docker network (TESTBED_DOCKER_NETWORK chooses,
+docs/docker.md):
 
     .venv/bin/python bench/bench_teardown.py --down 10 --tries 5
+    TESTBED_DOCKER_NETWORK=docker-network .venv/bin/python bench/bench_teardown.py --down 250 --tries 1
 
 With --endpoints N it measures what one endpoint release costs: N sleeping
 containers (docker-init, the router image) on one internal bridge network,
@@ -47,7 +50,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.image import ensure_image  # noqa: E402
-from tests.kill_harness import TESTBED, kill_tries, labelled, records  # noqa: E402
+from orchestrator.docker_wiring import chosen  # noqa: E402
+from tests.kill_harness import TESTBED, host_side, kill_tries, labelled, records  # noqa: E402
 from tests.readiness_harness import experiment_text, readiness_tries  # noqa: E402
 
 
@@ -149,13 +153,13 @@ def down_bench(nodes: int, tries: int, quiet: bool) -> int:
             cpu0, dockerd0, t0 = _children_cpu_s(), dockerd_cpu_s(), time.monotonic()
             down = subprocess.run([str(TESTBED), "down", name], env=env, capture_output=True, text=True, timeout=600)
             wall, cpu, dockerd1 = time.monotonic() - t0, _children_cpu_s() - cpu0, dockerd_cpu_s()
-            left = {**labelled(state), "records": records(state)}
-            row = {"try": index, "rc": down.returncode, "wall_s": round(wall, 2), "cli_cpu_s": round(cpu, 2),
+            left = {**labelled(state), "records": records(state), **host_side(state)}
+            row = {"try": index, "network": chosen(None), "rc": down.returncode, "wall_s": round(wall, 2), "cli_cpu_s": round(cpu, 2),
                    "dockerd_cpu_s": round(dockerd1 - dockerd0, 2) if dockerd0 is not None and dockerd1 else None,
                    "load1": round(os.getloadavg()[0], 1), "left": left}
             rows.append(row)
             if not quiet:
-                print(f"try {index}: down of {nodes} containers: exit {down.returncode}, {row['wall_s']} s wall, "
+                print(f"try {index}: down of {nodes} containers on {row['network']}: exit {down.returncode}, {row['wall_s']} s wall, "
                       f"CLI CPU {row['cli_cpu_s']} s, dockerd CPU {row['dockerd_cpu_s']} s, load {row['load1']}; "
                       f"left {sum(len(v) for v in left.values())}" + (f"\n{down.stderr}" if down.returncode else ""))
     summary = {"nodes": nodes, "tries": len(rows),

@@ -31,8 +31,11 @@ A router that exited early leaves the network while its peers still drain:
 they already saw its connections close, so nothing they send was going to
 reach it.
 
-Elsewhere (not root, or no init pid), the plain way: SIGTERM through
-Docker, one grace, SIGKILL what is left.
+On a testbed's own bridge (orchestrator/own_bridge.py; `network` None) the
+containers hold no Docker endpoint, so there is nothing to release one at a
+time: the plain way, SIGTERM through Docker to all at once, one grace,
+SIGKILL what is left. So too where the init cannot be held (not root, or no
+init pid).
 """
 
 from __future__ import annotations
@@ -122,7 +125,8 @@ def stop_all(client: Any, flt: dict[str, str], containers: dict[str, str], grace
              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
              ) -> dict[str, str]:
     """Stop `containers` (node -> container id, all listed by the label
-    filter `flt`); `network` is the testbed network their endpoints are on.
+    filter `flt`); `network` is the Docker network their endpoints are on
+    (None: they have none).
     Returns node -> why for each container that could not be stopped."""
     by_id = {cid: node for node, cid in containers.items()}
     paused = [c["Id"] for c in client.api.containers(filters={**flt, "status": "paused"}) if c["Id"] in by_id]
