@@ -104,13 +104,14 @@ def start(
             on_wait=lambda s: status.update(f"starting the Spark Connect server ({s:.0f} s)"),
         )
         listening_s = time.monotonic() - started
+        warm_up_s = 0.0  # a server already up is not warmed again
         if new and warm:
             status.update("warming up the Spark Connect server (a tiny analysis)")
             if _warm_up(server.url):
                 from analysis.warming import detach
 
                 detach(state_dir(), server.url)
-    warm_up_s = round(time.monotonic() - started - listening_s, 3)
+            warm_up_s = round(time.monotonic() - started - listening_s, 3)
     if as_json:
         typer.echo(json.dumps({**server.to_dict(), "start_s": round(listening_s, 3), "warm_up_s": warm_up_s}))
     else:
