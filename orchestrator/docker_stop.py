@@ -33,9 +33,14 @@ reach it.
 
 On a testbed's own bridge (orchestrator/own_bridge.py; `network` None) the
 containers hold no Docker endpoint, so there is nothing to release one at a
-time: the plain way, SIGTERM through Docker to all at once, one grace,
-SIGKILL what is left. So too where the init cannot be held (not root, or no
-init pid).
+time. With root, every container's init is found in its cgroup and sent
+SIGTERM from the host (docker-init forwards it to the router), all in a
+moment: through Docker, 250 kill calls took 6 s of a `down` on a loaded
+host, and the grace ran out while the daemon was still noticing exits that
+had happened. The grace is spent watching the inits in /proc; what is left
+after it is sent SIGKILL, its whole cgroup; then Docker's listing is awaited.
+Elsewhere (not root, a cgroup the host cannot see), the plain way: SIGTERM
+through Docker to all at once, one grace, SIGKILL what is left.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from orchestrator.docker_util import cgroup_procs
 
 POLL_S = 0.05  # between listings of the containers: one Docker call each
 PROC_POLL_S = 0.02  # between looks at the routers in /proc: no Docker call
@@ -137,12 +144,17 @@ def stop_all(client: Any, flt: dict[str, str], containers: dict[str, str], grace
     held = dict(zip(ids, _fan_out(lambda cid: _hold(client, cid), ids) if can_hold else [None] * len(ids),
                     strict=True))
     held = {cid: pids for cid, pids in held.items() if pids is not None}
-    errors = {cid: why for cid, why in zip(ids, _fan_out(lambda cid: _signal(client, cid, "SIGTERM"),
-                                                          [c for c in ids if c not in held])) if why}
+    direct = _inits(ids) if network is None and os.geteuid() == 0 else {}
+    for init in direct.values():
+        _send(init, signal.SIGTERM)
+    through_docker = [c for c in ids if c not in held and c not in direct]
+    errors = {cid: why for cid, why in zip(through_docker, _fan_out(
+        lambda cid: _signal(client, cid, "SIGTERM"), through_docker)) if why}
     deadline = clock() + grace_s
     errors.update(_release(client, held, network, grace_s, clock, sleep))
+    _reap(direct, grace_s, clock, sleep)
     left = _running(client, flt, set(ids))
-    deadline = max(deadline, clock() + grace_s) if held else deadline
+    deadline = max(deadline, clock() + grace_s) if held or direct else deadline
     while left and clock() < deadline:
         sleep(POLL_S)
         left = _running(client, flt, left)
@@ -185,6 +197,44 @@ def _release(client: Any, held: dict[str, tuple[int, int]], network: str | None,
         if waiting and not done:
             sleep(PROC_POLL_S)
     return errors
+
+
+def _inits(ids: Sequence[str]) -> dict[str, int]:
+    """Container id -> its init's pid, for the running containers whose
+    cgroup the host sees: the process of the cgroup whose parent is not in it."""
+    inits = {}
+    for cid in ids:
+        procs = set(cgroup_procs(cid) or ())
+        roots = [pid for pid in procs if _parent(pid) not in procs]
+        if len(roots) == 1:
+            inits[cid] = roots[0]
+    return inits
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(raw[raw.rfind(")") + 2:].split()[1])
+
+
+def _reap(inits: dict[str, int], grace_s: float, clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
+    """Wait until the inits (sent SIGTERM) are gone; after `grace_s`, SIGKILL
+    every process of the containers still running, and wait one more grace."""
+    waiting, deadline, killed = dict(inits), clock() + grace_s, False
+    while waiting:
+        waiting = {cid: pid for cid, pid in waiting.items() if _proc_state(pid) not in (None, "Z")}
+        if not waiting:
+            return
+        if clock() >= deadline:
+            if killed:
+                return
+            for cid in waiting:
+                for pid in cgroup_procs(cid) or ():
+                    _send(pid, signal.SIGKILL)
+            deadline, killed = clock() + grace_s, True
+        sleep(PROC_POLL_S)
 
 
 def _send(pid: int, sig: signal.Signals) -> None:

@@ -126,6 +126,23 @@ def cgroup_cpu_seconds(container_id: str) -> float | None:
     return None
 
 
+def cgroup_procs(container_id: str) -> list[int] | None:
+    """The pids in a running container's cgroup (v1 or v2, cgroupfs or
+    systemd driver); None where it is not visible (a remote daemon, a
+    container that is gone)."""
+    for path in (
+        f"/sys/fs/cgroup/pids/docker/{container_id}/cgroup.procs",
+        f"/sys/fs/cgroup/memory/docker/{container_id}/cgroup.procs",
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cgroup.procs",
+        f"/sys/fs/cgroup/docker/{container_id}/cgroup.procs",
+    ):
+        try:
+            return [int(word) for word in Path(path).read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def start_or_explain(node: str, container: Any) -> None:
     """container.start(); a daemon too loaded to answer within the client's
     timeout is the host's limit (exit 3), not an internal error."""

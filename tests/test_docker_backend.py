@@ -154,6 +154,25 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends, network):
     assert (backend.run_dir / "nodes" / "n0" / "config.json").exists()
 
 
+@pytest.mark.parametrize("network", NETWORKS)
+def test_stopping_many_gives_every_router_sigterm_and_waits_for_docker(docker_backends, network, monkeypatch):
+    """All stopped in one call (an own bridge: SIGTERM to each init from the
+    host; a Docker network: held inits, endpoints one at a time): each router
+    dies of the SIGTERM (docker-init exits 128 + 15), none needed SIGKILL,
+    and Docker lists every container as exited when the call returns."""
+    backend = docker_backends(entrypoint=SINK_ENTRYPOINT, network=network)
+    nodes = ["a", "b", "c", "d"]
+    _up(backend, nodes)
+    if network == OWN_BRIDGE:  # no kill call through Docker: the host signals each init itself
+        from orchestrator import docker_stop
+
+        monkeypatch.setattr(docker_stop, "_signal", lambda *a: pytest.fail(f"a kill through Docker: {a[1:]}"))
+    assert backend.stop_many(nodes) == {}
+    for node in nodes:
+        state = backend._container(node).attrs["State"]
+        assert (state["Status"], state["ExitCode"]) == ("exited", 143), (node, state)
+
+
 @needs_root
 def test_partial_partition_with_iptables(docker_backends):
     backend = docker_backends(entrypoint=SINK_ENTRYPOINT)
