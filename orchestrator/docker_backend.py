@@ -380,11 +380,12 @@ class DockerBackend(NetnsMixin, Backend):
                                          tag_of(self.testbed, self.state_scope))
         if self.wiring is None:
             return
-        for container in self._client.containers.list(all=True, filters=Scope(self.testbed, None).label_filter(),
-                                                      ignore_removed=True):
-            node = container.labels.get(LABEL_NODE)
-            endpoint = (container.attrs.get("NetworkSettings", {}).get("Networks") or {}).get(self.network_name)
-            ip = container.labels.get(LABEL_IP) or ((endpoint or {}).get("IPAMConfig") or {}).get("IPv4Address")
+        # one listing, not an inspect per container (1.9 s of a `down` at 250)
+        for listed in self._client.api.containers(all=True, filters=Scope(self.testbed, None).label_filter()):
+            labels = listed.get("Labels") or {}
+            node = labels.get(LABEL_NODE)
+            endpoint = ((listed.get("NetworkSettings") or {}).get("Networks") or {}).get(self.network_name)
+            ip = labels.get(LABEL_IP) or ((endpoint or {}).get("IPAMConfig") or {}).get("IPv4Address")
             if node and ip:
                 self.ips.setdefault(node, ip)
             elif node:  # disconnected: its config knows its address
@@ -392,7 +393,7 @@ class DockerBackend(NetnsMixin, Backend):
                 if cfg.exists():
                     self.ips.setdefault(node, NodeConfig.load(cfg).listen_host)
             if self.image is None:
-                self.image = container.attrs.get("Config", {}).get("Image")
+                self.image = listed.get("Image")
 
     def manifest_facts(self) -> dict[str, Any]:
         """Each foreign node's shaping proxy (docker_proxy.ProxyInfo), the host's network facts

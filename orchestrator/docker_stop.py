@@ -46,6 +46,7 @@ through Docker to all at once, one grace, SIGKILL what is left.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -222,19 +223,59 @@ def _parent(pid: int) -> int | None:
 def _reap(inits: dict[str, int], grace_s: float, clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
     """Wait until the inits (sent SIGTERM) are gone; after `grace_s`, SIGKILL
     every process of the containers still running, and wait one more grace."""
-    waiting, deadline, killed = dict(inits), clock() + grace_s, False
-    while waiting:
-        waiting = {cid: pid for cid, pid in waiting.items() if _proc_state(pid) not in (None, "Z")}
-        if not waiting:
+    with _ExitWatch(inits) as watch:
+        if watch.wait(clock() + grace_s, clock, sleep):
             return
-        if clock() >= deadline:
-            if killed:
-                return
-            for cid in waiting:
-                for pid in cgroup_procs(cid) or ():
-                    _send(pid, signal.SIGKILL)
-            deadline, killed = clock() + grace_s, True
-        sleep(PROC_POLL_S)
+        for cid in watch.waiting:
+            for pid in cgroup_procs(cid) or ():
+                _send(pid, signal.SIGKILL)
+        watch.wait(clock() + grace_s, clock, sleep)
+
+
+class _ExitWatch:
+    """Which of some processes (key -> pid) still run, told by the kernel
+    (a pidfd per process, polled together: one wake-up per batch of exits)
+    where it can, else by looking at /proc every PROC_POLL_S (at 250
+    processes that look cost the CLI 3 s of CPU on a loaded host)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.waiting = dict(pids)
+        self._fds: dict[int, str] = {}
+        self._poll: select.poll | None = select.poll()
+
+    def __enter__(self) -> _ExitWatch:
+        for key, pid in list(self.waiting.items()):
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                del self.waiting[key]
+                continue
+            except (OSError, AttributeError):  # no pidfd here: /proc it is
+                self._poll = None
+                break
+            self._fds[fd] = key
+            self._poll.register(fd, select.POLLIN)  # type: ignore[union-attr]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self._fds:
+            os.close(fd)
+
+    def wait(self, deadline: float, clock: Callable[[], float], sleep: Callable[[float], None]) -> bool:
+        """Until none is left (True) or the deadline (False)."""
+        while self.waiting:
+            left = deadline - clock()
+            if left <= 0:
+                return False
+            if self._poll is not None:
+                for fd, _ in self._poll.poll(left * 1000):
+                    self._poll.unregister(fd)  # readable from now on: asked once
+                    self.waiting.pop(self._fds[fd], None)
+            else:
+                self.waiting = {k: pid for k, pid in self.waiting.items() if _proc_state(pid) not in (None, "Z")}
+                if self.waiting:
+                    sleep(PROC_POLL_S)
+        return True
 
 
 def _send(pid: int, sig: signal.Signals) -> None:

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from orchestrator import docker_stop
 from orchestrator.docker_stop import only_child, stop_all
 
 FLT = {"label": "gossip-testbed.testbed=t"}
@@ -213,3 +214,24 @@ def test_with_root_a_router_that_exits_early_leaves_while_a_slow_one_still_drain
         for p in inits.values():
             if p.poll() is None:
                 p.kill()
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_exit_watch_tells_which_processes_are_gone_by_a_deadline(monkeypatch, pidfd):
+    """The wait on an own bridge's inits: gone ones leave the watch as they
+    exit (a pidfd each, or /proc where there is none), a stubborn one is
+    still waited for at the deadline, and is let go once it dies."""
+    if not pidfd:
+        monkeypatch.setattr(docker_stop.os, "pidfd_open", lambda pid: (_ for _ in ()).throw(OSError("no pidfd")))
+    quick = {str(i): subprocess.Popen(["sleep", str(0.1 * i)]) for i in range(1, 4)}
+    stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 30"])
+    try:
+        with docker_stop._ExitWatch({k: p.pid for k, p in quick.items()} | {"s": stubborn.pid}) as watch:
+            assert not watch.wait(time.monotonic() + 1.5, time.monotonic, time.sleep)
+            assert list(watch.waiting) == ["s"]
+            stubborn.kill()
+            assert watch.wait(time.monotonic() + 5, time.monotonic, time.sleep) and not watch.waiting
+    finally:
+        for p in [*quick.values(), stubborn]:
+            p.kill()
+            p.wait()
