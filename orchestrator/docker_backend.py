@@ -400,7 +400,8 @@ class DockerBackend(NetnsMixin, Backend):
         (docker_netns), and the host directories the router image's code and libraries are mounted from."""
         facts: dict[str, Any] = ({"shaping_proxies": self.proxies} if self.proxies else {}) | self.host_network_facts()
         if self.wiring:
-            facts["network"] = {"kind": self.wiring.kind, "bridge": self.wiring.bridge, "subnet": str(self.wiring.subnet)}
+            facts["network"] = {"kind": self.wiring.kind, "bridge": self.wiring.bridge,
+                                "subnet": str(self.wiring.subnet)}
         if self._shared:
             facts["shared_image_tree"] = {bind["bind"]: path for path, bind in self._shared.items()}
         return facts
@@ -434,8 +435,7 @@ class DockerBackend(NetnsMixin, Backend):
             pass
         try:
             self.cleanup(self.testbed, self.store)
-        finally:
-            self.wiring = None
+        finally:  # self.wiring stays: the final manifest names the network the run had
             self._client.close()
 
     @classmethod

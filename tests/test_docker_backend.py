@@ -150,6 +150,7 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends, network):
     backend.destroy()
     assert _docker_ls("container", backend.testbed) == []
     assert _networks_of(backend) == []
+    assert backend.manifest_facts()["network"]["kind"] == network  # the final manifest still names it
     # destroy keeps the run directory
     assert (backend.run_dir / "nodes" / "n0" / "config.json").exists()
 
