@@ -99,19 +99,30 @@ def docker_backends(node_image: str, tmp_path: Path) -> Iterator:
     from orchestrator.docker_backend import DockerBackend
     from orchestrator.state import StateStore
 
-    made: list[str] = []
+    made: list[tuple[str, str | None]] = []  # (testbed, the TESTBED_STATE_DIR it was made under)
 
     def make(name: str | None = None, **kw):
         name = name or unique_testbed()
-        made.append(name)
+        made.append((name, os.environ.get("TESTBED_STATE_DIR")))
         run_dir = tmp_path / f"{name}-{len(made)}"
         run_dir.mkdir()
         kw.setdefault("image", node_image)
         return DockerBackend(BackendContext(name, run_dir, StateStore(), options=kw))
 
     yield make
-    for name in made:
-        DockerBackend.cleanup(name, StateStore())
+    saved = os.environ.get("TESTBED_STATE_DIR")
+    try:
+        for name, state in made:  # under the state directory it was made under: a test may have changed it since
+            if state is None:
+                os.environ.pop("TESTBED_STATE_DIR", None)
+            else:
+                os.environ["TESTBED_STATE_DIR"] = state
+            DockerBackend.cleanup(name, StateStore())
+    finally:
+        if saved is None:
+            os.environ.pop("TESTBED_STATE_DIR", None)
+        else:
+            os.environ["TESTBED_STATE_DIR"] = saved
 
 
 def sink_config(backend, node: str, addresses, peers=()):
