@@ -136,7 +136,8 @@ class NetnsMixin:
         if self._delay is None:
             wiring = self._wiring()
             line = self._testbed_delay_line()
-            line.ensure(wiring.bridge, str(wiring.subnet), seed=zlib.crc32(f"{self.testbed}:{self.run_dir.name}".encode()))
+            line.ensure(wiring.bridge, str(wiring.subnet),
+                        seed=zlib.crc32(f"{self.testbed}:{self.run_dir.name}".encode()))
             self._delay = line
         return self._delay
 

@@ -197,7 +197,8 @@ def test_gc_lists_asks_and_removes_a_testbed_from_another_state_dir(docker_backe
     assert listing.returncode == 0, listing.stderr
     doc = json.loads(listing.stdout)
     found = {(r["kind"], r["name"]) for r in doc["found"]}
-    net = ("network", backend.network_name) if backend.wiring.kind == DOCKER_NETWORK else ("bridge", backend.wiring.bridge)
+    on_network = backend.wiring.kind == DOCKER_NETWORK
+    net = ("network", backend.network_name) if on_network else ("bridge", backend.wiring.bridge)
     assert {("container", f"gtb-{backend.testbed}-n0"), net} <= found
     ours = [r for r in doc["found"] if r["testbed"] == backend.testbed]
     assert doc["removed"] == [] and all(r["state"] for r in ours if r["kind"] in ("container", "network"))
