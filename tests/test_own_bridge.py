@@ -11,8 +11,10 @@ import ipaddress
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +42,21 @@ def test_teardown_admits_bridges_by_testbed_and_state(monkeypatch, tmp_path):
     assert own_bridge.admitted(None, "/s2") == [("gtb2", b)]
     assert own_bridge.admitted(None, None) == [("gtb1", a), ("gtb2", b)]
     assert own_bridge.admitted("a", "/s2") == []
+
+
+def test_a_bad_network_kind_is_one_error_naming_the_variable_and_starts_nothing(tmp_path):
+    """The installed CLI, as a user runs it: exit 2, the variable and the
+    kinds named, no traceback, no testbed recorded."""
+    state = tmp_path / "state"
+    env = {**os.environ, "TESTBED_STATE_DIR": str(state), "TESTBED_DOCKER_NETWORK": "bogus"}
+    quick = Path(__file__).resolve().parents[1] / "topologies" / "quick.yaml"
+    out = subprocess.run([str(Path(sys.executable).parent / "testbed"), "up", str(quick), "--backend", "docker",
+                          "--name", "bogus", "--out", str(tmp_path / "run")],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "$TESTBED_DOCKER_NETWORK: 'bogus' is not one of own-bridge, docker-network" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not list(state.glob("testbeds/*")) and own_bridge.admitted("bogus", None) == []
 
 
 needs_root = pytest.mark.skipif(
