@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.docker_util import cgroup_procs
+from orchestrator.procs import proc_alive, proc_parent
 
 POLL_S = 0.05  # between listings of the containers: one Docker call each
 PROC_POLL_S = 0.02  # between looks at the routers in /proc: no Docker call
@@ -206,18 +207,10 @@ def _inits(ids: Sequence[str]) -> dict[str, int]:
     inits = {}
     for cid in ids:
         procs = set(cgroup_procs(cid) or ())
-        roots = [pid for pid in procs if _parent(pid) not in procs]
+        roots = [pid for pid in procs if proc_parent(pid) not in procs]
         if len(roots) == 1:
             inits[cid] = roots[0]
     return inits
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(raw[raw.rfind(")") + 2:].split()[1])
 
 
 def _reap(inits: dict[str, int], grace_s: float, clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
@@ -272,7 +265,7 @@ class _ExitWatch:
                     self._poll.unregister(fd)  # readable from now on: asked once
                     self.waiting.pop(self._fds[fd], None)
             else:
-                self.waiting = {k: pid for k, pid in self.waiting.items() if _proc_state(pid) not in (None, "Z")}
+                self.waiting = {k: pid for k, pid in self.waiting.items() if proc_alive(pid)}
                 if self.waiting:
                     sleep(PROC_POLL_S)
         return True

@@ -382,11 +382,10 @@ def _remove_host_side(found: Found, removed: list[str], left: dict[str, Leftover
         _note(f"ended {running.describe()}" if ended else None,
               None if ended else Leftover(res, "it did not exit on SIGTERM nor SIGKILL", f"kill -9 {running.pid}"),
               removed, left)
-    for name, tag in found.bridges:
-        why = own_bridge.remove_named(name, tag)
+    for name, tag in found.bridges:  # its rules went with found.rules above
+        why = own_bridge.delete_link(name)
         _note(None if why else f"removed bridge {name} ({tag})",
-              Leftover(_bridge_resource(name, tag), "; ".join(why), f"ip link del {name}") if why else None,
-              removed, left)
+              Leftover(_bridge_resource(name, tag), why, f"ip link del {name}") if why else None, removed, left)
 
 
 def summary(resources: Iterable[Resource]) -> str:

@@ -45,10 +45,6 @@ class IptablesRule:
     def testbed(self) -> str:
         return self.tag.rpartition(":")[0]
 
-    @property
-    def digest(self) -> str:
-        return self.tag.rpartition(":")[2]
-
     def describe(self) -> str:
         return f"iptables rule in {self.table} {self.spec[0]} ({self.owner} {self.tag})"
 
@@ -91,9 +87,13 @@ def remove(rule: IptablesRule) -> str | None:
     return None if result.returncode == 0 else (result.stderr.strip() or f"iptables exited {result.returncode}")
 
 
+def admits(tag: str, testbed: str | None, state: str | None) -> bool:
+    """Whether a tag is of `testbed` (None: every testbed) made under the
+    state directory `state` (None: any), as a teardown Scope says."""
+    name, _, digest = tag.rpartition(":")
+    return (testbed is None or name == testbed) and (state is None or digest == tag_of("", state).lstrip(":"))
+
+
 def admitted(owner: str | None, testbed: str | None, state: str | None) -> list[IptablesRule]:
-    """`owner`'s rules (None: any owner's) of `testbed` (None: every testbed)
-    made under the state directory `state` (None: any), as a teardown Scope says."""
-    digest = None if state is None else tag_of("", state).lstrip(":")
-    return [r for r in our_rules() if owner in (None, r.owner) and (testbed is None or r.testbed == testbed)
-            and (digest is None or r.digest == digest)]
+    """`owner`'s rules (None: any owner's) that `admits` for `testbed` and `state`."""
+    return [r for r in our_rules() if owner in (None, r.owner) and admits(r.tag, testbed, state)]

@@ -126,7 +126,7 @@ def create(tag: str, candidates: Callable[[], Iterable[ipaddress.IPv4Network]]) 
             for rule in reversed(bridge.rules()):  # -I 1 each: the first rule ends up first
                 iptables.run(rule.table, "-I", (rule.spec[0], "1", *rule.spec[1:]))
         except TestbedError:
-            remove(bridge)
+            remove(bridge.name, tag)
             raise
     return bridge
 
@@ -160,29 +160,28 @@ def found() -> list[tuple[str, str]]:
 def admitted(testbed: str | None, state: str | None) -> list[tuple[str, str]]:
     """The bridges of `testbed` (None: every testbed) made under the state
     directory `state` (None: any), as a teardown Scope says."""
-    digest = None if state is None else iptables.tag_of("", state).lstrip(":")
-    return [(name, tag) for name, tag in found() if (testbed is None or tag.rpartition(":")[0] == testbed)
-            and (digest is None or tag.rpartition(":")[2] == digest)]
+    return [(name, tag) for name, tag in found() if iptables.admits(tag, testbed, state)]
 
 
-def remove(bridge: Bridge) -> list[str]:
-    """The bridge (its ports come loose; their pairs go with their
-    containers' namespaces) and its rules: what could not be removed."""
-    return remove_named(bridge.name, bridge.tag)
+def remove(name: str, tag: str) -> list[str]:
+    """The bridge `name` of `tag` and its rules: what could not be removed.
+    (Teardown removes the rules it listed itself, then `delete_link`.)"""
+    left = [f"{rule.describe()}: {why}" for rule in iptables.our_rules()
+            if rule.owner == iptables.BRIDGE and rule.tag == tag and (why := iptables.remove(rule))]
+    why = delete_link(name)
+    return left + ([f"bridge {name}: {why}"] if why else [])
 
 
-def remove_named(name: str, tag: str) -> list[str]:
-    left = []
-    for rule in iptables.our_rules():
-        if rule.owner == iptables.BRIDGE and rule.tag == tag:
-            why = iptables.remove(rule)
-            if why:
-                left.append(f"{rule.describe()}: {why}")
-    if (SYS_NET / name).exists():
-        result = _ip(["link", "del", name], check=False)
-        if result.returncode != 0 and (SYS_NET / name).exists():
-            left.append(f"bridge {name}: {result.stderr.strip()}")
-    return left
+def delete_link(name: str) -> str | None:
+    """Delete an interface (a bridge: its ports come loose, their pairs go
+    with their containers' namespaces; a veth: both ends); None when it is
+    gone (or was not there), else why not."""
+    if not (SYS_NET / name).exists():
+        return None
+    result = _ip(["link", "del", name], check=False)
+    if not (SYS_NET / name).exists():
+        return None
+    return result.stderr.strip() or f"ip exited {result.returncode}"
 
 
 def wire(bridge: Bridge, veth: str, pid: int, ip: str) -> None:
@@ -206,10 +205,9 @@ def mac_of(ip: str) -> str:
 
 def unwire(veth: str) -> None:
     """Delete a veth pair by its host end (both ends go); none is fine."""
-    if (SYS_NET / veth).exists():
-        result = _ip(["link", "del", veth], check=False)
-        if result.returncode != 0 and (SYS_NET / veth).exists():
-            raise TestbedError(f"ip link del {veth}: {result.stderr.strip()}")
+    why = delete_link(veth)
+    if why:
+        raise TestbedError(f"ip link del {veth}: {why}")
 
 
 def wired(veth: str) -> bool:

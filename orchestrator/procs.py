@@ -1,8 +1,8 @@
 """Processes by pid, from /proc: alive (not a zombie), their command line and
-start time, and ending them with a grace period. A process is identified by
+start time, parent, and ending them with a grace period. A process is identified by
 pid and kernel start time where the caller has both, never by pid alone (a
-pid is recycled). Shared by the process backend (its routers) and the delay
-line (orchestrator/delayline.py)."""
+pid is recycled). Shared by the process backend (its routers), the delay
+line (orchestrator/delayline.py) and the docker backend's stop."""
 
 from __future__ import annotations
 
@@ -25,6 +25,12 @@ def proc_start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (stat field 22)."""
     fields = _stat_fields(pid)
     return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def proc_parent(pid: int) -> int | None:
+    """The parent's pid (stat field 4); None when the process is gone."""
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields and len(fields) > 1 else None
 
 
 def proc_cmdline(pid: int) -> list[str]:

@@ -90,7 +90,7 @@ def namespaces() -> Iterator[list[int]]:
 def tag() -> Iterator[str]:
     tag = iptables.tag_of(f"ownbr-{uuid.uuid4().hex[:6]}", "/test/state")
     yield tag
-    own_bridge.remove_named(own_bridge.bridge_name(tag), tag)
+    own_bridge.remove(own_bridge.bridge_name(tag), tag)
 
 
 def _free_subnets() -> list[ipaddress.IPv4Network]:
@@ -125,7 +125,7 @@ def test_wired_namespaces_reach_each_other_and_the_host_and_nothing_else(namespa
         assert _pings(outsider, other.gateway)
         assert not _pings(a, ip_out) and not _pings(outsider, ip_a)
     finally:
-        assert own_bridge.remove(other) == []
+        assert own_bridge.remove(other.name, other.tag) == []
 
     # cut off: both ends of the pair go; wired again: back with the same address
     veth_a = own_bridge.veth_name(tag, "a")
@@ -138,7 +138,7 @@ def test_wired_namespaces_reach_each_other_and_the_host_and_nothing_else(namespa
 
     with pytest.raises(TestbedError, match="already exists"):
         own_bridge.create(tag, lambda: [first])
-    assert own_bridge.remove(bridge) == []
+    assert own_bridge.remove(bridge.name, bridge.tag) == []
     assert own_bridge.lookup(tag) is None and not os.path.exists(f"/sys/class/net/{bridge.name}")
     assert iptables.admitted(None, tag.rpartition(":")[0], None) == []
     assert not _pings(a, ip_b)
