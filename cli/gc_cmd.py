@@ -37,8 +37,9 @@ def gc(
     as_json: bool = typer.Option(False, "--json", help="Print the listing (and what was removed) as JSON."),
 ) -> None:
     """Remove every gossip-testbed container, network and volume on the
-    Docker engine (and service, secret and overlay in its swarm), from any
-    state directory; lists them and asks first."""
+    Docker engine (and service, secret and overlay in its swarm), and the
+    host's own bridges, delay lines and iptables rules, from any state
+    directory; lists them and asks first."""
     from orchestrator.docker_teardown import Scope, TeardownReport, find, summary, teardown  # noqa: PLC0415
     from orchestrator.docker_util import docker_client  # noqa: PLC0415
     from orchestrator.swarm_teardown import listed as swarm_listed  # noqa: PLC0415

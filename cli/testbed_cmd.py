@@ -41,7 +41,9 @@ BackendName = enum.Enum("BackendName", {name: name for name in BACKENDS}, type=s
 
 BackendOption = Annotated[
     BackendName | None,
-    typer.Option(help="Where the routers run (default: docker when a daemon is reachable, else process).",
+    typer.Option(help="Where the routers run (default: docker when a daemon is reachable, else process). Docker: "
+                      "each testbed on a bridge of its own as root, else a Docker network; "
+                      "TESTBED_DOCKER_NETWORK=own-bridge|docker-network chooses.",
                  case_sensitive=False),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print exactly one JSON document.")]
