@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,5 +42,18 @@ def run_from_file(path: Path) -> int:
         return 1
 
 
+def exit_now(code: int) -> NoReturn:
+    """End the process without the interpreter's finalization, which tears
+    down every module and object one by one: about 25 ms of CPU per router,
+    most of what a router's exit costs, which 250 containers stopped at once
+    pay together on a loaded host. What the router keeps is on disk by then
+    (Node.run closed the trace and wrote the lag file); only logging and the
+    standard streams may still hold bytes."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

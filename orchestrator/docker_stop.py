@@ -38,7 +38,10 @@ SIGTERM from the host (docker-init forwards it to the router), all in a
 moment: through Docker, 250 kill calls took 6 s of a `down` on a loaded
 host, and the grace ran out while the daemon was still noticing exits that
 had happened. The grace is spent watching the inits in /proc; what is left
-after it is sent SIGKILL, its whole cgroup; then Docker's listing is awaited.
+after it is sent SIGKILL, its whole cgroup; then Docker's own notice of each
+exit is awaited as its `die` event, on one stream opened before the first
+signal (a listing of 250 containers polled every 50 ms kept the daemon busy
+serializing them while it still had exits to process).
 Elsewhere (not root, a cgroup the host cannot see), the plain way: SIGTERM
 through Docker to all at once, one grace, SIGKILL what is left.
 """
@@ -46,8 +49,10 @@ through Docker to all at once, one grace, SIGKILL what is left.
 from __future__ import annotations
 
 import os
+import queue
 import select
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -147,14 +152,16 @@ def stop_all(client: Any, flt: dict[str, str], containers: dict[str, str], grace
                     strict=True))
     held = {cid: pids for cid, pids in held.items() if pids is not None}
     direct = _inits(ids) if network is None and os.geteuid() == 0 else {}
-    for init in direct.values():
-        _send(init, signal.SIGTERM)
-    through_docker = [c for c in ids if c not in held and c not in direct]
-    errors = {cid: why for cid, why in zip(through_docker, _fan_out(
-        lambda cid: _signal(client, cid, "SIGTERM"), through_docker)) if why}
-    deadline = clock() + grace_s
-    errors.update(_release(client, held, network, grace_s, clock, sleep))
-    _reap(direct, grace_s, clock, sleep)
+    with _Deaths(client, flt, bool(direct)) as deaths:
+        for init in direct.values():
+            _send(init, signal.SIGTERM)
+        through_docker = [c for c in ids if c not in held and c not in direct]
+        errors = {cid: why for cid, why in zip(through_docker, _fan_out(
+            lambda cid: _signal(client, cid, "SIGTERM"), through_docker)) if why}
+        deadline = clock() + grace_s
+        errors.update(_release(client, held, network, grace_s, clock, sleep))
+        _reap(direct, grace_s, clock, sleep)
+        deaths.wait(set(direct), clock() + grace_s, clock)
     left = _running(client, flt, set(ids))
     deadline = max(deadline, clock() + grace_s) if held or direct else deadline
     while left and clock() < deadline:
@@ -269,6 +276,53 @@ class _ExitWatch:
                 if self.waiting:
                     sleep(PROC_POLL_S)
         return True
+
+
+class _Deaths:
+    """Docker's `die` events for the testbed's containers (label filter),
+    read by a thread from one stream that is open before any signal is sent,
+    so no exit is missed and nothing is polled. Not `wanted`, or no stream:
+    `wait` returns at once."""
+
+    def __init__(self, client: Any, flt: dict[str, str], wanted: bool) -> None:
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._stream = None
+        try:
+            if wanted:
+                self._stream = client.api.events(filters={**flt, "type": "container", "event": "die"}, decode=True)
+        except Exception:  # noqa: BLE001 - no stream: the caller's listing decides
+            pass
+        if self._stream is None:
+            self._queue.put(None)
+            return
+        threading.Thread(target=self._read, name="die-events", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for event in self._stream:
+                self._queue.put(event.get("id"))
+        except Exception:  # noqa: BLE001 - the stream closed or broke: the caller's listing decides
+            pass
+        self._queue.put(None)
+
+    def __enter__(self) -> _Deaths:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stream is not None:
+            self._stream.close()
+
+    def wait(self, ids: set[str], deadline: float, clock: Callable[[], float]) -> None:
+        """Until Docker said every one of `ids` died, the stream ended, or the deadline."""
+        left = set(ids)
+        while left and (timeout := deadline - clock()) > 0:
+            try:
+                cid = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                return
+            if cid is None:
+                return
+            left.discard(cid)
 
 
 def _send(pid: int, sig: signal.Signals) -> None:

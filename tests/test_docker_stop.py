@@ -235,3 +235,50 @@ def test_exit_watch_tells_which_processes_are_gone_by_a_deadline(monkeypatch, pi
         for p in [*quick.values(), stubborn]:
             p.kill()
             p.wait()
+
+
+class EventsApi:
+    """An engine whose `die` events come from `feed` (a blocking iterator)."""
+
+    def __init__(self, feed=None, fail: bool = False) -> None:
+        self.feed, self.fail, self.filters, self.closed = feed, fail, None, False
+
+    def events(self, filters=None, decode=False):
+        if self.fail:
+            raise docker.errors.APIError("500 Server Error", explanation="no events here")
+        self.filters = filters
+        api = self
+
+        class Stream:
+            def __iter__(self):
+                return iter(api.feed)
+
+            def close(self):
+                api.closed = True
+        return Stream()
+
+
+def test_deaths_waits_for_each_containers_die_event_on_one_stream():
+    api = EventsApi(feed=[{"id": "c1"}, {"id": "other"}, {"id": "c0"}])
+    with docker_stop._Deaths(FakeClient(api), FLT, True) as deaths:
+        t0 = time.monotonic()
+        deaths.wait({"c0", "c1"}, t0 + 5.0, time.monotonic)
+        assert time.monotonic() - t0 < 1
+    assert api.filters == {**FLT, "type": "container", "event": "die"} and api.closed
+
+
+def test_deaths_gives_up_at_the_deadline_or_without_a_stream():
+    def forever():
+        yield {"id": "c0"}
+        time.sleep(30)
+
+    api = EventsApi(feed=forever())
+    with docker_stop._Deaths(FakeClient(api), FLT, True) as deaths:
+        t0 = time.monotonic()
+        deaths.wait({"c0", "c1"}, t0 + 0.3, time.monotonic)  # c1 never dies
+        assert 0.25 <= time.monotonic() - t0 < 5
+    for api in (EventsApi(fail=True), EventsApi(feed=[])):
+        with docker_stop._Deaths(FakeClient(api), FLT, True) as deaths:
+            t0 = time.monotonic()
+            deaths.wait({"c0"}, t0 + 10.0, time.monotonic)
+            assert time.monotonic() - t0 < 1  # the listing decides at once

@@ -72,9 +72,13 @@ def test_sigterm_is_a_graceful_exit(tmp_path):
 
 
 def test_shutdown_command_exits_zero(tmp_path):
-    proc, _, client = start(tmp_path)
+    proc, cfg, client = start(tmp_path)
     assert client.call("shutdown")["ok"]
     assert proc.wait(timeout=10) == 0
+    # `python -m node` leaves without the interpreter's finalization: what it
+    # keeps is still whole, down to the log's last line
+    assert [ev.type for ev in read_trace(Path(cfg.trace_path))][-1] == TraceType.LEAVE
+    assert "solo stopped (" in (tmp_path / "solo.log").read_text().splitlines()[-1]
 
 
 def test_bad_config_is_one_clear_error(tmp_path):
