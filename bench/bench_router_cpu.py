@@ -6,7 +6,10 @@ published at a steady rate, and every router's CPU time read from
 Prints, for each K: CPU per delivered message and per transmission (an RPC
 handed to a peer) with the kernel's share of it (stime over utime + stime:
 socket calls; the rest is the routers' Python), the routers' CPU per second
-at rest (heartbeats and trace flushes), and RSS per router. CPU time is what this measures because it is
+at rest (heartbeats and trace flushes), RSS per router, and what one
+router's exit costs: its CPU from SIGTERM (all K at once, as `testbed down`
+does) until it is gone, /proc/<pid>/schedstat before and the reaped child's
+rusage after. CPU time is what this measures because it is
 robust to other load on the machine; the wall-clock rate is only the
 workload's pace.
 
@@ -37,6 +40,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -177,6 +181,21 @@ def measure(snap, publish, k: int, messages: int, rate: float, rest_s: float) ->
     }
 
 
+def exit_cost(ctl: Controller) -> dict:
+    """SIGTERM every router at once and reap each (they are this process's
+    children): the CPU each spent from the signal until it was gone."""
+    pids = [s["pid"] for s in statuses(ctl).values()]
+    before = {pid: int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9 for pid in pids}
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    spent = []
+    for pid in pids:
+        _, _, usage = os.wait4(pid, 0)
+        spent.append(usage.ru_utime + usage.ru_stime - before[pid])
+    return {"exit_cpu_ms_median": round(1000 * statistics.median(spent), 1),
+            "exit_cpu_ms_max": round(1000 * max(spent), 1)}
+
+
 def bench(k: int, degree: int, messages: int, rate: float, size: int, rest_s: float, latency_ms: float) -> dict:
     resolved = experiment(k, degree, latency_ms)
     run_dir = Path(tempfile.mkdtemp(prefix=f"bench-cpu-{k}-"))
@@ -191,6 +210,7 @@ def bench(k: int, degree: int, messages: int, rate: float, size: int, rest_s: fl
     try:
         ctl.up(ready_timeout=60 + 1.0 * k)
         result.update(measure(lambda: snapshot(ctl), publish, k, messages, rate, rest_s))
+        result.update(exit_cost(ctl))
     finally:
         ctl.down()
     return result
@@ -329,6 +349,9 @@ def report(title: str, r: dict) -> None:
     print(f"  CPU at rest:           {r['rest_cpu_ms_per_s_per_router']} ms/s per router")
     print(f"  RSS per router:        median {r['rss_mib_median']} MiB, max {r['rss_mib_max']} MiB "
           f"(USS, its own pages: median {r['uss_mib_median']} MiB)")
+    if "exit_cpu_ms_median" in r:
+        print(f"  CPU of one exit:       median {r['exit_cpu_ms_median']} ms, max {r['exit_cpu_ms_max']} ms "
+              "(SIGTERM to gone, all at once)")
 
 
 def progress(who: str, result: dict) -> dict:
