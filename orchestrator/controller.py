@@ -371,13 +371,12 @@ class Controller:
         and forget the testbed. Safe to call on a half-started testbed."""
         self.drain_churn()
         self._pool.shutdown(wait=True)
-        lags = {n: s.get("lag", {}) for n, s in self.node_statuses().items() if s}
         self._sample_cpu("down")
         self.event(RunEvent.RUN_END)
         for name, st in self.nodes.items():
             if st.life.process is Process.PAUSED:
                 self.backend.resume(name)
-        drain(self.nodes, self.backend, self.reporter)
+        lags = {n: answer.get("lag", {}) for n, answer in drain(self.nodes, self.backend, self.reporter).items()}
         with self.reporter.phase("stopping nodes and collecting traces", len(self.nodes)) as advance:
             for name, why in self.backend.stop_many(list(self.nodes)).items():
                 self.warnings.append(f"{name}: stop failed: {why}")

@@ -33,7 +33,7 @@ def build_manifest(
 
 def read_lag_files(run_dir: Path, names: list[str], lags: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each node's event-loop lag: what it wrote at exit (node-logs/<node>.lag.json),
-    else what its last status said."""
+    else what it answered to `drain` (`lags`)."""
     out = dict(lags)
     for name in names:
         try:

@@ -99,14 +99,18 @@ def last_action_s(resolved: ResolvedExperiment) -> float:
     return max([0.0, *(p.at for p in resolved.publishes), *(c.at for c in resolved.churn)])
 
 
+def quiet_counters(answer: Mapping[str, Any] | None) -> tuple[int, ...] | None:
+    """The counters linger compares, from a node's answer (None: no answer)."""
+    if answer is None:
+        return None
+    got = answer.get("counters", {})
+    return tuple(int(got.get(k, 0)) for k in QUIET_COUNTERS)
+
+
 def counters(nodes: Mapping[str, NodeState], backend: Backend) -> dict[str, tuple[int, ...] | None]:
     """Each reachable node's RPC and delivery counters (None: no answer)."""
     def one(name: str) -> tuple[int, ...] | None:
-        status = backend.control_client(name).try_call("status", timeout=2.0)
-        if status is None:
-            return None
-        got = status.get("counters", {})
-        return tuple(int(got.get(k, 0)) for k in QUIET_COUNTERS)
+        return quiet_counters(backend.control_client(name).try_call("status", timeout=2.0))
 
     names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]  # bare: no endpoint
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -116,12 +120,14 @@ def counters(nodes: Mapping[str, NodeState], backend: Backend) -> dict[str, tupl
 def linger_until_quiet(
     nodes: Mapping[str, NodeState], backend: Backend, deadline_ns: int, reporter: Reporter,
     poll_s: float = QUIET_POLL_S, title: str = "lingering until the network is quiet",
+    first: dict[str, tuple[int, ...] | None] | None = None,
 ) -> float | None:
     """Poll until two polls in a row see the same counters; the seconds that
-    took, or None when the deadline came first."""
+    took, or None when the deadline came first. `first`: counters the caller
+    already has, taken as the first poll."""
     start = time.time_ns()
     with reporter.phase(title):
-        previous = counters(nodes, backend)
+        previous = counters(nodes, backend) if first is None else first
         while time.time_ns() + poll_s * 1e9 <= deadline_ns:
             time.sleep(poll_s)
             now = counters(nodes, backend)
@@ -136,13 +142,19 @@ DRAIN_S = 3.0  # at most this long for the RPCs in flight at the end of a run to
 DRAIN_POLL_S = 0.3
 
 
-def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter) -> None:
+def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter) -> dict[str, dict[str, Any]]:
     """Before the nodes stop: each LEAVEs and empties its queues, then the
     RPCs on their way arrive (until two polls see the same counters, at
     most DRAIN_S), so a run's traces show every RPC sent as received. Bare
-    images have no control endpoint: their scripts end on their own."""
+    images have no control endpoint: their scripts end on their own.
+    Returns each drained node's answer: its counters and event-loop lag once
+    its queues were empty (the answers are the first poll of the linger, so
+    250 nodes cost one round of calls less)."""
     names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]
     with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(lambda n: backend.control_client(n).try_call("drain", timeout=5.0), names))
+        answers = dict(zip(names, pool.map(
+            lambda n: backend.control_client(n).try_call("drain", timeout=5.0), names), strict=True))
     linger_until_quiet(nodes, backend, time.time_ns() + round(DRAIN_S * 1e9), reporter,
-                       poll_s=DRAIN_POLL_S, title="draining: RPCs in flight arrive")
+                       poll_s=DRAIN_POLL_S, title="draining: RPCs in flight arrive",
+                       first={n: quiet_counters(a) for n, a in answers.items()})
+    return {n: a for n, a in answers.items() if a is not None}

@@ -55,6 +55,13 @@ def test_quiet_after_two_equal_polls(tmp_path):
     assert backend.clients["a"].script == [3]  # polled until a's counters stopped moving
 
 
+def test_counters_the_caller_has_are_the_first_poll(tmp_path):
+    nodes, backend = scripted(tmp_path, {"a": [7, 8]})
+    took = linger_until_quiet(nodes, backend, time.time_ns() + 10 * 10**9, Reporter(), poll_s=0.01,
+                              first={"a": (7, 7, 0)})
+    assert took is not None and backend.clients["a"].script == [8]  # one poll, equal to what was given
+
+
 def test_a_busy_network_lingers_to_the_bound(tmp_path):
     nodes, backend = scripted(tmp_path, {"a": list(range(1000))})
     deadline = time.time_ns() + 300_000_000

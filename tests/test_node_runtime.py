@@ -225,11 +225,18 @@ def test_drained_nodes_receive_every_rpc_sent_to_them(tmp_path):
             for node in nodes:
                 await ctl(node, "publish", topic="t", size=100)
             await wait_for(lambda: all(n.counters["delivered"] == 3 for n in nodes))
+            answers = []
+
+            async def drain(node: Node) -> None:
+                answers.append(await ctl(node, "drain"))
+
             async with trio.open_nursery() as nursery:
                 for node in nodes:
-                    nursery.start_soon(ctl, node, "drain")
+                    nursery.start_soon(drain, node)
             for node in nodes:
                 assert node.topics == set() and (await ctl(node, "status"))["queued"] == 0
+            # the answer carries what the controller's linger and the manifest's lag fallback need
+            assert all(a["ok"] and a["counters"]["delivered"] == 3 and a["lag"]["samples"] > 0 for a in answers)
             await trio.sleep(0.5)  # the RPCs in flight arrive
 
     trio.run(main)

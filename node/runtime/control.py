@@ -132,7 +132,8 @@ async def handle(node: Node, req: Any) -> dict[str, Any]:
             return {"ok": True}
         if cmd == "drain":
             await node.drain()
-            return {"ok": True}
+            status = node.status()
+            return {"ok": True, "counters": status["counters"], "lag": status["lag"]}
         if cmd == "shutdown":
             return {"ok": True, "shutdown": True}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
