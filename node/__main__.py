@@ -44,11 +44,11 @@ def run_from_file(path: Path) -> int:
 
 def exit_now(code: int) -> NoReturn:
     """End the process without the interpreter's finalization, which tears
-    down every module and object one by one: about 25 ms of CPU per router,
-    most of what a router's exit costs, which 250 containers stopped at once
-    pay together on a loaded host. What the router keeps is on disk by then
-    (Node.run closed the trace and wrote the lag file); only logging and the
-    standard streams may still hold bytes."""
+    down every module and object one by one: about 10 of the 24 ms of CPU a
+    router's exit cost (bench/bench_router_cpu.py), which 250 containers
+    stopped at once pay together on two cores. What the router keeps is on
+    disk by then (Node.run closed the trace and wrote the lag file); only
+    logging and the standard streams may still hold bytes."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

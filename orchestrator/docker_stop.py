@@ -151,8 +151,9 @@ def stop_all(client: Any, flt: dict[str, str], containers: dict[str, str], grace
     held = dict(zip(ids, _fan_out(lambda cid: _hold(client, cid), ids) if can_hold else [None] * len(ids),
                     strict=True))
     held = {cid: pids for cid, pids in held.items() if pids is not None}
-    direct = _inits(ids) if network is None and os.geteuid() == 0 else {}
-    with _Deaths(client, flt, bool(direct)) as deaths:
+    from_host = network is None and os.geteuid() == 0
+    with _Deaths(client, flt, from_host) as deaths:
+        direct = _inits(ids) if from_host else {}
         for init in direct.values():
             _send(init, signal.SIGTERM)
         through_docker = [c for c in ids if c not in held and c not in direct]
@@ -280,16 +281,18 @@ class _ExitWatch:
 
 class _Deaths:
     """Docker's `die` events for the testbed's containers (label filter),
-    read by a thread from one stream that is open before any signal is sent,
-    so no exit is missed and nothing is polled. Not `wanted`, or no stream:
-    `wait` returns at once."""
+    read by a thread from one stream that is open before the inits are even
+    looked up, and replayed from a second before it (the daemon answers an
+    events request before it subscribes it), so no exit is missed and
+    nothing is polled. Not `wanted`, or no stream: `wait` returns at once."""
 
     def __init__(self, client: Any, flt: dict[str, str], wanted: bool) -> None:
         self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._stream = None
         try:
             if wanted:
-                self._stream = client.api.events(filters={**flt, "type": "container", "event": "die"}, decode=True)
+                self._stream = client.api.events(since=int(time.time()) - 1, decode=True,
+                                                 filters={**flt, "type": "container", "event": "die"})
         except Exception:  # noqa: BLE001 - no stream: the caller's listing decides
             pass
         if self._stream is None:

@@ -243,7 +243,8 @@ class EventsApi:
     def __init__(self, feed=None, fail: bool = False) -> None:
         self.feed, self.fail, self.filters, self.closed = feed, fail, None, False
 
-    def events(self, filters=None, decode=False):
+    def events(self, since=None, filters=None, decode=False):
+        assert since is not None and since < time.time()  # replayed from before the stream opened
         if self.fail:
             raise docker.errors.APIError("500 Server Error", explanation="no events here")
         self.filters = filters
