@@ -14,7 +14,8 @@ reports the time to the failure, the teardown's time and what each left:
 
 With --down N it times `testbed down` of a live N-container testbed (brought
 up with `testbed up` before each try): the CLI's wall time, its CPU time and
-dockerd's CPU time during it, and what was left; the testbed's network is
+dockerd's CPU time during it, how busy the host's CPUs were (mean busy cores,
+seconds with all but 10% of them busy), and what was left; the testbed's network is
 an own bridge as root, else a Docker network (TESTBED_DOCKER_NETWORK chooses,
 docs/docker.md):
 
@@ -44,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -119,6 +121,52 @@ def readiness_bench(nodes: int, tries: int, quiet: bool) -> int:
     return 0 if ok else 1
 
 
+class HostBusy:
+    """How busy the host's CPUs were while a command ran: /proc/stat every
+    SAMPLE_S by a thread. A `down` whose host stays saturated is bound by
+    CPU (the engine's per-container teardown, processes too short-lived to
+    sample one by one), not by waiting."""
+
+    SAMPLE_S = 0.5
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []  # (seconds, busy cores) per interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="host-busy", daemon=True)
+
+    @staticmethod
+    def _read() -> tuple[float, float]:
+        ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = ticks[3] + ticks[4]  # idle, iowait
+        return sum(ticks) - idle, sum(ticks)
+
+    def _run(self) -> None:
+        busy0, all0 = self._read()
+        while not self._stop.wait(self.SAMPLE_S):
+            busy1, all1 = self._read()
+            if all1 > all0:
+                cpus = os.cpu_count() or 1
+                seconds = (all1 - all0) / cpus / os.sysconf("SC_CLK_TCK")
+                self.samples.append((seconds, (busy1 - busy0) / (all1 - all0) * cpus))
+            busy0, all0 = busy1, all1
+
+    def __enter__(self) -> HostBusy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def mean(self) -> float | None:
+        total = sum(s for s, _ in self.samples)
+        return round(sum(s * c for s, c in self.samples) / total, 2) if total else None
+
+    def saturated_s(self) -> float:
+        cpus = os.cpu_count() or 1
+        return round(sum(s for s, c in self.samples if c >= 0.9 * cpus), 1)
+
+
 def dockerd_cpu_s() -> float | None:
     """dockerd's user+system CPU seconds so far (None: not visible from here)."""
     pid = subprocess.run(["pidof", "dockerd"], capture_output=True, text=True).stdout.split()
@@ -151,16 +199,21 @@ def down_bench(nodes: int, tries: int, quiet: bool) -> int:
                 print(f"try {index}: `testbed up` failed (exit {up.returncode}):\n{up.stderr}", file=sys.stderr)
                 return 1
             cpu0, dockerd0, t0 = _children_cpu_s(), dockerd_cpu_s(), time.monotonic()
-            down = subprocess.run([str(TESTBED), "down", name], env=env, capture_output=True, text=True, timeout=600)
+            with HostBusy() as busy:
+                down = subprocess.run([str(TESTBED), "down", name], env=env, capture_output=True, text=True,
+                                      timeout=600)
             wall, cpu, dockerd1 = time.monotonic() - t0, _children_cpu_s() - cpu0, dockerd_cpu_s()
             left = {**labelled(state), "records": records(state), **host_side(state)}
             row = {"try": index, "network": chosen(None), "rc": down.returncode, "wall_s": round(wall, 2), "cli_cpu_s": round(cpu, 2),
                    "dockerd_cpu_s": round(dockerd1 - dockerd0, 2) if dockerd0 is not None and dockerd1 else None,
-                   "load1": round(os.getloadavg()[0], 1), "left": left}
+                   "load1": round(os.getloadavg()[0], 1), "host_cores": os.cpu_count(),
+                   "host_busy_cores_mean": busy.mean(), "host_saturated_s": busy.saturated_s(), "left": left}
             rows.append(row)
             if not quiet:
                 print(f"try {index}: down of {nodes} containers on {row['network']}: exit {down.returncode}, {row['wall_s']} s wall, "
-                      f"CLI CPU {row['cli_cpu_s']} s, dockerd CPU {row['dockerd_cpu_s']} s, load {row['load1']}; "
+                      f"CLI CPU {row['cli_cpu_s']} s, dockerd CPU {row['dockerd_cpu_s']} s, load {row['load1']}, "
+                      f"host busy {row['host_busy_cores_mean']} of {row['host_cores']} cores on average, "
+                      f"all but 10% of them for {row['host_saturated_s']} s; "
                       f"left {sum(len(v) for v in left.values())}" + (f"\n{down.stderr}" if down.returncode else ""))
     summary = {"nodes": nodes, "tries": len(rows),
                "median": {k: statistics.median(r[k] for r in rows) for k in ("wall_s", "cli_cpu_s")},
