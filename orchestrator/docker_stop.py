@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.docker_util import cgroup_procs
-from orchestrator.procs import proc_alive, proc_parent
+from orchestrator.procs import proc_alive, proc_parent, send_signal
 
 POLL_S = 0.05  # between listings of the containers: one Docker call each
 PROC_POLL_S = 0.02  # between looks at the routers in /proc: no Docker call
@@ -92,15 +92,6 @@ def _fan_out(fn: Callable[[str], Any], ids: Sequence[str]) -> list[Any]:
         return list(pool.map(fn, ids))
 
 
-def _proc_state(pid: int) -> str | None:
-    """The state letter of a process (R, S, Z, ...), None when it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return raw[raw.rfind(")") + 2:][:1] or None
-
-
 def only_child(pid: int) -> int | None:
     """The one child of `pid` (a container init's router), else None."""
     try:
@@ -129,8 +120,7 @@ def _hold(client: Any, cid: str) -> tuple[int, int] | None:
         os.kill(init, signal.SIGSTOP)
         os.kill(router, signal.SIGTERM)
     except ProcessLookupError:  # it went meanwhile: let its init go too
-        if _proc_state(init):
-            os.kill(init, signal.SIGCONT)
+        send_signal(init, signal.SIGCONT)
         return None
     return init, router
 
@@ -155,7 +145,7 @@ def stop_all(client: Any, flt: dict[str, str], containers: dict[str, str], grace
     with _Deaths(client, flt, from_host) as deaths:
         direct = _inits(ids) if from_host else {}
         for init in direct.values():
-            _send(init, signal.SIGTERM)
+            send_signal(init, signal.SIGTERM)
         through_docker = [c for c in ids if c not in held and c not in direct]
         errors = {cid: why for cid, why in zip(through_docker, _fan_out(
             lambda cid: _signal(client, cid, "SIGTERM"), through_docker)) if why}
@@ -191,19 +181,19 @@ def _release(client: Any, held: dict[str, tuple[int, int]], network: str | None,
     waiting = dict(held)
     deadline, killed = clock() + grace_s, False
     while waiting:
-        done = sorted(cid for cid, (_, router) in waiting.items() if _proc_state(router) in (None, "Z"))
+        done = sorted(cid for cid, (_, router) in waiting.items() if not proc_alive(router))
         if not done and clock() >= deadline:
             if killed:
                 done = sorted(waiting)
             else:
                 for _, router in waiting.values():
-                    _send(router, signal.SIGKILL)
+                    send_signal(router, signal.SIGKILL)
                 deadline, killed = clock() + grace_s, True
                 continue
         for cid in done:  # one endpoint at a time
             init, _ = waiting.pop(cid)
             errors.update(_disconnect(client, cid, network))
-            _send(init, signal.SIGCONT)
+            send_signal(init, signal.SIGCONT)
         if waiting and not done:
             sleep(PROC_POLL_S)
     return errors
@@ -229,7 +219,7 @@ def _reap(inits: dict[str, int], grace_s: float, clock: Callable[[], float], sle
             return
         for cid in watch.waiting:
             for pid in cgroup_procs(cid) or ():
-                _send(pid, signal.SIGKILL)
+                send_signal(pid, signal.SIGKILL)
         watch.wait(clock() + grace_s, clock, sleep)
 
 
@@ -326,13 +316,6 @@ class _Deaths:
             if cid is None:
                 return
             left.discard(cid)
-
-
-def _send(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _disconnect(client: Any, cid: str, network: str | None) -> dict[str, str]:
