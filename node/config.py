@@ -63,7 +63,6 @@ class NodeConfig:
     initial_peers: tuple[PeerAddress, ...] = ()
     shaping: dict[str, LinkShape] = field(default_factory=dict)  # by peer id (base58)
     default_shape: LinkShape = LinkShape()
-    flush_interval_ms: int = 100
     max_frame: int = 1 << 20
     queue_len: int = 256
     # Added for the trio runtime (node/runtime); all optional.

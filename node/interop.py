@@ -74,7 +74,7 @@ class NdjsonTrace(TraceWriter):
     def line(self, t_ns: int, msg: str, **fields: Any) -> None:
         self.out.write(json.dumps({"time": rfc3339(t_ns), "msg": msg, **fields}) + "\n")
 
-    def write(self, events: tuple[TraceEvent, ...] | list[TraceEvent], now: int) -> None:
+    def write(self, events: tuple[TraceEvent, ...] | list[TraceEvent]) -> None:
         for ev in events:
             self.event(ev)
         self.events_written += len(events)
@@ -98,9 +98,6 @@ class NdjsonTrace(TraceWriter):
             self.line(t, "Graft" if kind == TraceType.GRAFT else "Prune", peer=peer, topic=ev.topic)
         elif kind in (TraceType.SEND_RPC, TraceType.RECV_RPC) and ev.rpc is not None:
             self.line(t, "RPC Sent" if kind == TraceType.SEND_RPC else "RPC Received", peer=peer, size=rpc_size(ev.rpc))
-
-    def flush(self) -> None:
-        self.out.flush()
 
 
 def hostname_index(hostname: str) -> int:

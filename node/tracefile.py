@@ -5,8 +5,10 @@ are read by the same code.
 `to_proto` turns an engine's TraceEvent into the protobuf (the reference
 mapping); `EventEncoder` produces the same bytes faster for hot paths;
 `rpc_event` makes the SEND_RPC/DROP_RPC events the runtime and the simulator
-record when they hand an RPC to a link or drop it. `TraceWriter` appends and
-flushes on a bounded interval, so a SIGKILL loses at most that much.
+record when they hand an RPC to a link or drop it. `TraceWriter` appends each
+batch with one unbuffered write, so what it was given is in the kernel's hands
+when `write` returns: a SIGKILL loses nothing written, and no timer has to
+flush a buffer (docs/wire.md, "seventh pass").
 """
 
 from __future__ import annotations
@@ -193,42 +195,28 @@ class EventEncoder:
 
 
 class TraceWriter:
-    """Appends length-prefixed TraceEvents to a file, flushing at most
-    `flush_interval_ns` after an event was written (checked on every write and
-    by `maybe_flush`, which the runtime calls from a timer)."""
+    """Appends length-prefixed TraceEvents to a file, one `os.write` per
+    batch (an engine step's events): nothing waits in a user-space buffer."""
 
-    def __init__(self, path: Path, self_id: PeerId, flush_interval_ns: int = 100_000_000) -> None:
+    def __init__(self, path: Path, self_id: PeerId) -> None:
         self.path = path
         self.self_id = self_id
-        self.flush_interval_ns = flush_interval_ns
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: BinaryIO = open(path, "ab")
+        self._file: BinaryIO = open(path, "ab", buffering=0)
         self._encoder = EventEncoder()
-        self._dirty_since: int | None = None
         self.events_written = 0
 
-    def write(self, events: tuple[TraceEvent, ...] | list[TraceEvent], now: int) -> None:
+    def write(self, events: tuple[TraceEvent, ...] | list[TraceEvent]) -> None:
         if not events:
             return
         framed = self._encoder.framed
-        self._file.write(b"".join([framed(ev, self.self_id) for ev in events]))
+        data = memoryview(b"".join([framed(ev, self.self_id) for ev in events]))
+        while data:  # a regular file takes it all at once; a signal may cut a write short
+            data = data[self._file.write(data):]
         self.events_written += len(events)
-        if self._dirty_since is None:
-            self._dirty_since = now
-        self.maybe_flush(now)
-
-    def maybe_flush(self, now: int) -> None:
-        if self._dirty_since is not None and now - self._dirty_since >= self.flush_interval_ns:
-            self.flush()
-
-    def flush(self) -> None:
-        self._file.flush()
-        self._dirty_since = None
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.flush()
-            self._file.close()
+        self._file.close()
 
 
 def read_trace(path: Path) -> Iterator[trace_pb2.TraceEvent]:

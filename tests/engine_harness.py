@@ -292,7 +292,7 @@ class Network:
         for name in self.names:
             path = directory / f"{name}.pb"
             writer = TraceWriter(path, name.encode())
-            writer.write(self.trace[name], self.now)
+            writer.write(self.trace[name])
             writer.close()
             paths.append(path)
         return paths

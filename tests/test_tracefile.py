@@ -89,7 +89,7 @@ def _all_events(t: int) -> list[TraceEvent]:
 def test_written_events_read_back_with_go_types_and_fields(tmp_path):
     path = tmp_path / "n0.pb"
     w = TraceWriter(path, b"n0")
-    w.write(_all_events(1_700_000_000_123_456_789), 0)
+    w.write(_all_events(1_700_000_000_123_456_789))
     w.close()
     evs = list(read_trace(path))
     assert [ev.type for ev in evs] == list(range(13))
@@ -149,7 +149,7 @@ def test_hand_encoded_go_event_is_read(tmp_path):
 def test_truncated_last_frame_is_tolerated(tmp_path, cut):
     path = tmp_path / "n0.pb"
     w = TraceWriter(path, b"n0")
-    w.write(_all_events(7)[:3], 0)
+    w.write(_all_events(7)[:3])
     w.close()
     data = path.read_bytes()
     path.write_bytes(data[:-cut])
@@ -170,18 +170,14 @@ def test_empty_trace_file_reads_as_no_events(tmp_path):
     assert list(read_trace(path)) == []
 
 
-def test_writer_flushes_within_the_flush_interval(tmp_path):
+def test_every_write_is_in_the_file_when_it_returns(tmp_path):
     path = tmp_path / "n0.pb"
-    w = TraceWriter(path, b"n0", flush_interval_ns=100_000_000)
-    w.write([TraceEvent(TraceType.JOIN, 0, topic="t")], 0)
-    assert path.stat().st_size == 0  # buffered
-    w.maybe_flush(50_000_000)
-    assert path.stat().st_size == 0
-    w.maybe_flush(100_000_000)
-    assert [ev.type for ev in read_trace(path)] == [TraceType.JOIN]
-    w.write([TraceEvent(TraceType.LEAVE, 1, topic="t")], 100_000_001)
-    w.write([TraceEvent(TraceType.JOIN, 2, topic="t")], 250_000_000)  # past the interval: flushed
-    assert len(list(read_trace(path))) == 3
+    w = TraceWriter(path, b"n0")
+    w.write([TraceEvent(TraceType.JOIN, 0, topic="t")])
+    assert [ev.type for ev in read_trace(path)] == [TraceType.JOIN]  # no buffer: read before close
+    w.write([TraceEvent(TraceType.LEAVE, 1, topic="t"), TraceEvent(TraceType.JOIN, 2, topic="u")])
+    w.write([])
+    assert [ev.type for ev in read_trace(path)] == [TraceType.JOIN, TraceType.LEAVE, TraceType.JOIN]
     w.close()
     assert w.events_written == 3
 
@@ -190,7 +186,7 @@ def test_writer_appends_to_an_existing_trace(tmp_path):
     path = tmp_path / "n0.pb"
     for topic in ("a", "b"):
         w = TraceWriter(path, b"n0")
-        w.write([TraceEvent(TraceType.JOIN, 0, topic=topic)], 0)
+        w.write([TraceEvent(TraceType.JOIN, 0, topic=topic)])
         w.close()
     assert [ev.join.topic for ev in read_trace(path)] == ["a", "b"]
 

@@ -1,12 +1,12 @@
 """The router daemon: one protocol engine on trio, a libp2p peer over TCP.
 
 One nursery holds the node's whole life: the peer listener, the control
-endpoint, a dial loop per initial peer, the heartbeat timer, the trace
-flusher and the read poller (one task reads every peer connection). A router at rest wakes only for heartbeats: the flusher sleeps until
-an event is written, then flushes at most `flush_interval_ms` later (a killed
-node loses no more than that), and event-loop lag is the lateness of those
-two timers, which the router has anyway. Each connection is owned
-by the task that made it (the listener's handler or a dial loop), so when a
+endpoint, a dial loop per initial peer, the heartbeat timer and the read
+poller (one task reads every peer connection). The trace is written through
+(each engine step's events in one write, so a killed node loses nothing it
+traced) and event-loop lag is the lateness of the heartbeat: the heartbeat
+is the router's one timer, and all it wakes for at rest. Each connection is
+owned by the task that made it (the listener's handler or a dial loop), so when a
 connection ends its owner cleans up and, for a dial loop, redials.
 
 Rules that live here (docs/running.md):
@@ -98,7 +98,7 @@ class Node:
         self.names = {peer_id_from_b58(pid): name for pid, name in cfg.peer_names.items()}
         self.peer_ids = {name: pid for pid, name in self.names.items()}
         self.shaping = {peer_id_from_b58(pid): shape for pid, shape in cfg.shaping.items()}
-        self.trace = trace or TraceWriter(Path(cfg.trace_path), cfg.peer_id, cfg.flush_interval_ms * 1_000_000)
+        self.trace = trace or TraceWriter(Path(cfg.trace_path), cfg.peer_id)
         self.lag = LagMeter()
         self.lag_path = Path(cfg.lag_path or cfg.trace_path + ".lag.json")
         self.uplink = Uplink(cfg.uplink_bps)
@@ -114,8 +114,6 @@ class Node:
         self.control_port = cfg.control_port
         self._changed = trio.Event()
         self._shutdown = trio.Event()
-        self._flush_due: float | None = None  # when events wait in the trace's buffer: when to flush them
-        self._flush_scope = trio.CancelScope()  # the flusher sleeps in it until its deadline, _flush_due
         self._nursery: trio.Nursery | None = None
 
     # Life
@@ -143,7 +141,6 @@ class Node:
                 for topic in cfg.topics:
                     self.subscribe(topic)
                 nursery.start_soon(self._heartbeats)
-                nursery.start_soon(self._flusher)
                 for peer in cfg.initial_peers:
                     nursery.start_soon(self._dial_loop, peer, True)
                 task_status.started((self.listen_port, self.control_port))
@@ -189,8 +186,7 @@ class Node:
                 await trio.sleep(0.01)
 
     async def _heartbeats(self) -> None:
-        """The engine's heartbeat; also a lag sample, a trace flush (so a
-        trace is on disk at least every heartbeat) and, every
+        """The engine's heartbeat; also the lag sample and, every
         LAG_WRITE_INTERVAL_S, the lag file."""
         interval = self.engine.heartbeat_interval / 1e9
         due = trio.current_time() + self.engine.first_heartbeat / 1e9
@@ -201,29 +197,12 @@ class Node:
             self.lag.record(t - due)
             now = time.time_ns()
             self._apply(self.engine.heartbeat(now), now)
-            self.trace.flush()
             if t >= next_lag_write:
                 self.lag.write(self.lag_path, self.name)
                 next_lag_write = t + LAG_WRITE_INTERVAL_S
             due += interval
             if due < t:
                 due = t + interval
-
-    async def _flusher(self) -> None:
-        """Flush the trace `flush_interval_ms` after the first unflushed event
-        was written; the timer's lateness is a lag sample. Idle, it sleeps.
-        The timer is the deadline of the scope it sleeps in, which `_apply`
-        sets: one wake-up per flush, none to arm it."""
-        while True:
-            with trio.CancelScope() as self._flush_scope:
-                if self._flush_due is not None:
-                    self._flush_scope.deadline = self._flush_due
-                await trio.sleep_forever()
-            due = self._flush_due
-            assert due is not None
-            self.lag.record(trio.current_time() - due)
-            self.trace.flush()
-            self._flush_due = None
 
     # Connections
 
@@ -404,10 +383,7 @@ class Node:
         if out.deliveries:
             self.counters["delivered"] += len(out.deliveries)
         if events:
-            self.trace.write(events, now)
-            if self._flush_due is None:
-                self._flush_due = trio.current_time() + self.cfg.flush_interval_ms / 1000
-                self._flush_scope.deadline = self._flush_due
+            self.trace.write(events)
 
     def _frame(self, rpc: Rpc, forwarded: dict[int, bytes | None]) -> bytes | None:
         """The RPC framed for the wire; None when it exceeds max_frame."""

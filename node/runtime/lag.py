@@ -3,8 +3,9 @@ routers per core) shows up here first, and a run whose nodes lagged by more
 than a few milliseconds measures the host, not the protocol; the controller
 turns a high p99 into a manifest warning.
 
-Samples are the lateness of the timers the router has anyway (heartbeats,
-and the trace flush that follows written events), kept in a bounded ring; `summary()` gives p50/p99/max in milliseconds.
+Samples are the lateness of the one timer the router has anyway, its
+heartbeat (one a second with gossipsub's defaults), kept in a bounded ring;
+`summary()` gives p50/p99/max in milliseconds.
 """
 
 from __future__ import annotations
