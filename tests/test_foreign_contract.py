@@ -204,7 +204,7 @@ def test_converter_extension_lines_and_restart(tmp_path):
                   TraceEvent(TraceType.DUPLICATE_MESSAGE, t0 + 5, mid, "t", peer=peer.peer_id),
                   TraceEvent(TraceType.GRAFT, t0 + 6, topic="t", peer=peer.peer_id),
                   TraceEvent(TraceType.PUBLISH_MESSAGE, t0 + 7, (5).to_bytes(8, "big"), "t"),
-                  TraceEvent(TraceType.DELIVER_MESSAGE, t0 + 7, (5).to_bytes(8, "big"), "t", peer=me.peer_id)], t0)
+                  TraceEvent(TraceType.DELIVER_MESSAGE, t0 + 7, (5).to_bytes(8, "big"), "t", peer=me.peer_id)])
     lines = buf.getvalue().splitlines()
     assert json.loads(lines[0])["time"] == rfc3339(1_000_000_000) == "1970-01-01T00:00:01.000000000Z"
     script = [{"type": "subscribeToTopic", "topicID": "t"}]
