@@ -58,6 +58,20 @@ def test_sigkill_loses_nothing_traced(tmp_path):
     assert published == mids
 
 
+def test_a_trace_that_cannot_be_written_is_exit_1_and_one_error_line(tmp_path):
+    cfg = NodeConfig(
+        name="solo", index=0, router="gossipsub", seed=1, listen_host="127.0.0.1", listen_port=free_port(),
+        control_host="127.0.0.1", control_port=free_port(), token="tok", trace_path="/dev/full",  # ENOSPC
+        topics=("t",), lag_path=str(tmp_path / "solo.lag.json"),
+    )
+    (tmp_path / "solo.json").write_text(cfg.to_json())
+    proc = subprocess.run([sys.executable, "-m", "node", "--config", str(tmp_path / "solo.json")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "solo cannot write its trace: [Errno 28] No space left on device; stopping" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_sigterm_is_a_graceful_exit(tmp_path):
     proc, cfg, client = start(tmp_path, cli=True)
     status = client.call("status")

@@ -6,6 +6,7 @@ garbage, oversized frames, nonsense RPCs)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
@@ -24,7 +25,7 @@ from node.libp2p.bufstream import BufferedStream
 from node.libp2p.connection import MuxedConnection, negotiate_inbound, negotiate_outbound, upgrade
 from node.runtime.control import handle
 from node.runtime.daemon import Node
-from node.tracefile import read_trace
+from node.tracefile import TraceWriter, read_trace
 from node.wire import Control, Graft, IHave, IWant, Message, Prune, Rpc, SubOpts, decode_rpc, encode_rpc
 
 TOKEN = "secret-token"
@@ -207,6 +208,38 @@ def test_nodes_connect_mesh_and_deliver(tmp_path):
     assert TraceType.DELIVER_MESSAGE in types and TraceType.SEND_RPC in types and TraceType.RECV_RPC in types
     # graceful shutdown left the topic (PRUNE to the mesh)
     assert TraceType.LEAVE in types and TraceType.PRUNE in types
+
+
+class TraceThatFills(TraceWriter):
+    """Writes until `full`, then fails as a full disk does."""
+
+    full = False
+
+    def write(self, events) -> None:
+        if self.full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        super().write(events)
+
+
+def test_a_trace_that_cannot_be_written_stops_the_router(tmp_path):
+    """The failing write comes from a peer's frame: the router stops (it does
+    not drop the peer as a broken connection and run on untraced)."""
+    async def main():
+        a_cfg, b_cfg = make_cfg(tmp_path, "n0"), make_cfg(tmp_path, "n1")
+        trace = TraceThatFills(Path(b_cfg.trace_path), identity_for_index(INDEX["n1"]).peer_id)
+        b = Node(b_cfg, trace)
+        async with running(a_cfg) as (a,):
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:  # ends when b.run does
+                    await nursery.start(lambda task_status: b.run(handle_signals=False, task_status=task_status))
+                    await a.connect("127.0.0.1", b.listen_port, "n1", True)
+                    await wait_for(lambda: a.mesh().get("t") == ["n1"])
+                    trace.full = True
+                    assert (await ctl(a, "publish", topic="t", size=10))["ok"]
+            assert b.trace_error == "cannot write its trace: [Errno 28] No space left on device"
+            assert b.counters["rpcs_in"] >= 1 and b.counters["peers_dropped"] == 0
+
+    trio.run(main)
 
 
 def test_drained_nodes_receive_every_rpc_sent_to_them(tmp_path):

@@ -115,6 +115,7 @@ class Node:
         self._changed = trio.Event()
         self._shutdown = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self.trace_error = ""  # why the trace could not be written; the router then stops
 
     # Life
 
@@ -155,6 +156,16 @@ class Node:
 
     def request_shutdown(self) -> None:
         self._shutdown.set()
+
+    def _trace_failed(self, exc: OSError) -> None:
+        """A router whose trace cannot be written (a full disk, a removed
+        directory) would go on producing figures nobody can see: it says why
+        once and stops, and `run_node` exits 1. Whatever the write was called
+        from (a peer's frame, a publish, a heartbeat), nothing else fails."""
+        if not self.trace_error:
+            self.trace_error = f"cannot write its trace: {exc}"
+            log.error("%s %s; stopping", self.name, self.trace_error)
+            self.request_shutdown()
 
     async def _signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -383,7 +394,10 @@ class Node:
         if out.deliveries:
             self.counters["delivered"] += len(out.deliveries)
         if events:
-            self.trace.write(events)
+            try:
+                self.trace.write(events)
+            except OSError as exc:
+                self._trace_failed(exc)
 
     def _frame(self, rpc: Rpc, forwarded: dict[int, bytes | None]) -> bytes | None:
         """The RPC framed for the wire; None when it exceeds max_frame."""
@@ -528,9 +542,10 @@ class Node:
 
 
 def run_node(cfg: NodeConfig) -> int:
-    """The daemon's entry point: run until shutdown; 0 on a graceful exit."""
+    """The daemon's entry point: run until shutdown; 0 on a graceful exit,
+    1 when the trace could not be written."""
     node = Node(cfg)
     gc.freeze()  # what start-up made lives as long as the process: no collection scans it again
     trio.run(node.run)
-    return 0
+    return 1 if node.trace_error else 0
 
