@@ -214,18 +214,23 @@ class TraceThatFills(TraceWriter):
     """Writes until `full`, then fails as a full disk does."""
 
     full = False
+    failed = 0
 
     def write(self, events) -> None:
         if self.full:
+            self.failed += 1
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         super().write(events)
 
 
 def test_a_trace_that_cannot_be_written_stops_the_router(tmp_path):
     """The failing write comes from a peer's frame: the router stops (it does
-    not drop the peer as a broken connection and run on untraced)."""
+    not drop the peer as a broken connection and run on untraced) and writes
+    nothing after the failed write (its LEAVE included), so what the trace
+    holds stays readable."""
     async def main():
-        a_cfg, b_cfg = make_cfg(tmp_path, "n0"), make_cfg(tmp_path, "n1")
+        a_cfg = make_cfg(tmp_path, "n0")
+        b_cfg = make_cfg(tmp_path, "n1", params={"heartbeat_interval": 30.0})  # b writes only for frames here
         trace = TraceThatFills(Path(b_cfg.trace_path), identity_for_index(INDEX["n1"]).peer_id)
         b = Node(b_cfg, trace)
         async with running(a_cfg) as (a,):
@@ -238,6 +243,8 @@ def test_a_trace_that_cannot_be_written_stops_the_router(tmp_path):
                     assert (await ctl(a, "publish", topic="t", size=10))["ok"]
             assert b.trace_error == "cannot write its trace: [Errno 28] No space left on device"
             assert b.counters["rpcs_in"] >= 1 and b.counters["peers_dropped"] == 0
+            assert trace.failed == 1
+        assert TraceType.JOIN in trace_types(b_cfg.trace_path)
 
     trio.run(main)
 

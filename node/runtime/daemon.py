@@ -393,7 +393,7 @@ class Node:
                 events.append(rpc_event(TraceType.SEND_RPC, now, peer, rpc))
         if out.deliveries:
             self.counters["delivered"] += len(out.deliveries)
-        if events:
+        if events and not self.trace_error:  # after a failed write nothing more: the trace stays readable
             try:
                 self.trace.write(events)
             except OSError as exc:
