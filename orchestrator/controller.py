@@ -376,7 +376,11 @@ class Controller:
         for name, st in self.nodes.items():
             if st.life.process is Process.PAUSED:
                 self.backend.resume(name)
-        lags = {n: answer.get("lag", {}) for n, answer in drain(self.nodes, self.backend, self.reporter).items()}
+        answers = drain(self.nodes, self.backend, self.reporter)
+        lags = {n: answer.get("lag", {}) for n, answer in answers.items() if answer is not None}
+        if silent := sorted(n for n, answer in answers.items() if answer is None):
+            self._warn(f"{len(silent)} router(s) did not answer at the end: stopped or hung on their own during the run "
+                       f"(see node-logs/): {', '.join(silent[:10])}")
         with self.reporter.phase("stopping nodes and collecting traces", len(self.nodes)) as advance:
             for name, why in self.backend.stop_many(list(self.nodes)).items():
                 self.warnings.append(f"{name}: stop failed: {why}")

@@ -142,14 +142,15 @@ DRAIN_S = 3.0  # at most this long for the RPCs in flight at the end of a run to
 DRAIN_POLL_S = 0.3
 
 
-def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter) -> dict[str, dict[str, Any]]:
+def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter) -> dict[str, dict[str, Any] | None]:
     """Before the nodes stop: each LEAVEs and empties its queues, then the
     RPCs on their way arrive (until two polls see the same counters, at
     most DRAIN_S), so a run's traces show every RPC sent as received. Bare
     images have no control endpoint: their scripts end on their own.
     Returns each drained node's answer: its counters and event-loop lag once
     its queues were empty (the answers are the first poll of the linger, so
-    250 nodes cost one round of calls less)."""
+    250 nodes cost one round of calls less); None for a node that did not
+    answer (its router stopped or hung on its own)."""
     names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]
     with ThreadPoolExecutor(max_workers=16) as pool:
         answers = dict(zip(names, pool.map(
@@ -157,4 +158,4 @@ def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter) 
     linger_until_quiet(nodes, backend, time.time_ns() + round(DRAIN_S * 1e9), reporter,
                        poll_s=DRAIN_POLL_S, title="draining: RPCs in flight arrive",
                        first={n: quiet_counters(a) for n, a in answers.items()})
-    return {n: a for n, a in answers.items() if a is not None}
+    return answers

@@ -113,6 +113,22 @@ def test_up_status_publish_churn_down(env, tmp_path):
 
 
 @pytest.mark.slow
+def test_down_names_a_router_that_stopped_on_its_own(env, tmp_path):
+    """A router that ended behind the controller's back (here SIGKILL; a
+    router whose trace cannot be written stops by itself) does not answer the
+    end-of-run drain: `down` still finishes, and the run's warnings name it."""
+    tb(env, "up", str(experiment(tmp_path)), "--backend", "process", "--name", "quiet", "--out", str(tmp_path / "run"))
+    by_node = {}
+    for pid in router_pids(Path(env["TESTBED_STATE_DIR"])):
+        cmd = proc_cmdline(pid)
+        by_node[Path(cmd[cmd.index("--config") + 1]).stem] = pid
+    os.kill(by_node["n2"], signal.SIGKILL)
+    tb(env, "down", "quiet")
+    warnings = json.loads((tmp_path / "run" / "manifest.json").read_text())["warnings"]
+    assert any("1 router(s) did not answer at the end" in w and w.endswith(": n2") for w in warnings), warnings
+
+
+@pytest.mark.slow
 def test_run_end_to_end(env, tmp_path):
     file = experiment(tmp_path)
     out = tb(env, "run", str(file), "--backend", "process", "--out", str(tmp_path / "run"), "--no-report", "--json")
