@@ -164,7 +164,9 @@ def address_book(cfg: NodeConfig, configured: bool) -> Callable[[int], tuple[str
     return lookup
 
 
-async def serve(cfg: NodeConfig, script: list[dict[str, Any]], configured: bool, out: TextIO) -> None:
+async def serve(cfg: NodeConfig, script: list[dict[str, Any]], configured: bool, out: TextIO) -> str:
+    """Until the script and the node end; why the node's trace (our stdout)
+    could not be written, or ""."""
     from node.runtime.daemon import Node  # noqa: PLC0415 - trio runtime only when running
 
     started = trio.current_time()
@@ -180,6 +182,7 @@ async def serve(cfg: NodeConfig, script: list[dict[str, Any]], configured: bool,
     async with trio.open_nursery() as nursery:
         await nursery.start(life)
         await runner.run(script)
+    return node.trace_error
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,11 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        trio.run(serve, cfg, script, args.config is not None, sys.stdout)
+        failed = trio.run(serve, cfg, script, args.config is not None, sys.stdout)
     except OSError as exc:
         print(f"error: {cfg.name}: {exc}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if failed else 0  # the node logged why
 
 
 if __name__ == "__main__":

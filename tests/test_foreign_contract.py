@@ -5,17 +5,21 @@ good lines, duplicates, restarts and garbage."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
 import textwrap
+from dataclasses import replace
+from io import StringIO
 from pathlib import Path
 
 import pytest
+import trio
 
 from node.go_params import from_go, go_gossipsub_params
 from node.identity import identity_for_index
-from node.interop import NdjsonTrace, hostname_index, rfc3339
+from node.interop import NdjsonTrace, contract_config, hostname_index, rfc3339, serve
 from node.interop_trace import convert, message_id_bytes, parse_time
 from node.tracefile import read_trace
 from node.trace_vocab import TraceType
@@ -214,6 +218,26 @@ def test_converter_extension_lines_and_restart(tmp_path):
     one = ["JOIN", "ADD_PEER", "RECV_RPC", "DELIVER_MESSAGE", "DUPLICATE_MESSAGE", "GRAFT",
            "PUBLISH_MESSAGE", "DELIVER_MESSAGE"]
     assert kinds == one + one  # the JOIN is the node's own line, not the script's; the seen set restarts
+
+
+class FullStdout(StringIO):
+    """A stdout whose every flush fails as a full disk does."""
+
+    def flush(self) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_contract_node_stops_when_its_stdout_trace_cannot_be_written(tmp_path):
+    """Under the contract the trace is stdout: a write that fails stops the
+    router (`main` then exits 1) instead of letting it run on untraced."""
+    cfg = replace(contract_config(0), listen_host="127.0.0.1", listen_port=0, control_host="127.0.0.1",
+                  control_port=0, trace_path="/dev/null", lag_path=str(tmp_path / "lag.json"))
+    script = [{"type": "subscribeToTopic", "topicID": "t"}, {"type": "waitUntil", "elapsedSeconds": 30}]
+    async def bounded() -> str:
+        with trio.fail_after(10):  # the script alone would wait 30 s
+            return await serve(cfg, script, False, FullStdout())
+
+    assert trio.run(bounded) == "cannot write its trace: [Errno 28] No space left on device"
 
 
 def test_hostname_gives_the_index():
