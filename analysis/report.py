@@ -326,6 +326,9 @@ def _experiment(d: dict[str, Any]) -> str:
         ("overlay edges", len(run.topology_edges()) or None),
         ("seed", m.get("seed", exp.get("seed"))),
         ("clock", m.get("clock")),
+        *([("time dilation", f"x{k:g}: the run went {k:g} times slower than written (links, router timers, "
+                             "workload, churn); every time in this report is the experiment's")]
+          if (k := m.get("time_dilation")) else []),
         ("started", m.get("started_at")),
         ("wall time (s)", m.get("wall_time_s")),
     ]
@@ -491,6 +494,12 @@ def _fidelity(d: dict[str, Any]) -> str:
         (f"routers this host runs faithfully at this rate (cores at {share})", f["budget_at_rate"]),
         (f"routers this host runs faithfully at rest (cores at {share})", f["budget_at_rest"]),
         ("routers in this run", f["routers"]),
+        *([("event-loop lag while the routers started, p99 median / worst (ms; not in the table below)",
+            f"{fmt(at_up.get('p99_median_ms'))} / {fmt(at_up.get('p99_max_ms'))}")]
+          if (at_up := run.manifest.get("event_loop_lag_at_up") or {}).get("per_node") else []),
+        *([("time dilation", f"x{k:g}: the windows and rates above are the wall clock's, the rates {k:g} times lower "
+                             "than the experiment's; the lag is on the experiment's clock")]
+          if (k := run.manifest.get("time_dilation")) else []),
     ])
     head = "".join(f"<th>{esc(label)}</th>" for label, _ in FIDELITY_COLUMNS)
     rows = "".join("<tr>" + "".join(f"<td>{esc(fmt(r[key]))}</td>" for _, key in FIDELITY_COLUMNS) + "</tr>"

@@ -55,6 +55,7 @@ def summary(exp: Experiment, r: ResolvedExperiment) -> dict[str, Any]:
         "churn_actions": len(r.churn),
         "churn_by_action": dict(sorted(Counter(c.action for c in r.churn).items())),
         "duration": r.duration, "linger": r.linger, "linger_auto": r.linger_auto, "end": r.end_time(),
+        "time_dilation": r.time_dilation,
         "wire": {"security": r.security, "authenticity": r.authenticity, "message_id": r.message_id},
         "expectations": [e.text for e in r.expectations],
         "variants": variant_summaries(exp, r),
@@ -125,7 +126,9 @@ def _print(s: dict[str, Any], console: Console) -> None:
     by = ", ".join(f"{k} {v}" for k, v in s["churn_by_action"].items()) or "none"
     console.print(f"churn     {s['churn_actions']} actions: {by}")
     linger = f"auto (at most {s['linger']:g}s)" if s["linger_auto"] else f"{s['linger']:g}s"
-    console.print(f"time      duration {s['duration']:g}s, linger {linger}, ends at t={s['end']:g}s")
+    console.print(f"time      duration {s['duration']:g}s, linger {linger}, ends at t={s['end']:g}s"
+                  + (f"; time dilation x{k:g}: {s['end'] * k:g}s on the wall clock of a real backend"
+                     if (k := s["time_dilation"]) != 1.0 else ""))
     wire = s["wire"]
     console.print(f"wire      {wire['security']}, {wire['authenticity']} authenticity, message ids {wire['message_id']}")
     if s["expectations"]:

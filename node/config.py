@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node.dilation import DilatedClock
 from node.engine.authenticity import STRICT, Authenticity
 from node.identity import Identity, ed25519_seed_for_index, identity_for_index, peer_id_from_b58
 from node.wire import FROM_SEQNO
@@ -76,11 +77,16 @@ class NodeConfig:
     # The network's message authenticity (the experiment's `wire:`).
     authenticity: str = STRICT  # strict | author | anonymous
     message_id: str = FROM_SEQNO  # from-seqno | first-8-bytes
+    # Time dilation (node/dilation.py): wall seconds per experiment second,
+    # and the wall time (ns) where the two clocks agree.
+    time_dilation: float = 1.0
+    clock_epoch_ns: int = 0
 
     def __post_init__(self) -> None:
         if self.security not in SECURITY_PROTOCOLS:
             raise ValueError(f"security must be one of {', '.join(SECURITY_PROTOCOLS)}, not {self.security!r}")
         ed25519_seed_for_index(self.index)  # ValueError when it is no u32
+        DilatedClock(self.clock_epoch_ns, self.time_dilation)  # ValueError when the dilation is out of range
         keyed = [("initial_peers", p.peer_id) for p in self.initial_peers]
         keyed += [("shaping", k) for k in self.shaping] + [("peer_names", k) for k in self.peer_names]
         for where, text in keyed:
@@ -92,6 +98,11 @@ class NodeConfig:
     @property
     def identity(self) -> Identity:
         return identity_for_index(self.index)
+
+    @property
+    def clock(self) -> DilatedClock:
+        """The clock of the node's engine, traces and lag."""
+        return DilatedClock(self.clock_epoch_ns, self.time_dilation)
 
     @property
     def peer_id(self) -> bytes:

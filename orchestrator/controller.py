@@ -6,9 +6,9 @@ whichever backend it is (it never asks for a backend's name).
              addresses, build every NodeConfig (user-space shaping for what the
              backend's kernel cannot do), start every node, wait until the
              testbed is ready (orchestrator/readiness.py);
-    workload: publishes and the churn timeline on the wall clock
-             (orchestrator/workload.py); churn verbs mean what the lifecycle
-             table says (orchestrator/lifecycle.py);
+    workload: publishes and the churn timeline on the wall clock (orchestrator/workload.py,
+             slowed down by orchestrator/wallclock.py when dilated); churn verbs mean
+             what the lifecycle table says (orchestrator/lifecycle.py);
     down:    stop every node gracefully (LEAVE, flush), collect traces, remove
              what the backend created, write manifest.json
              (orchestrator/manifest.py), forget the testbed.
@@ -31,18 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from node.config import NodeConfig
+from node.dilation import DilatedClock
 from node.trace_vocab import RunEvent
 from node.atomic import write_atomic
 from orchestrator.backend import Backend, BackendContext, ShapingCapabilities
 from orchestrator.backends import backend_class, make_backend
-from orchestrator.errors import BackendUnavailable, InputError, TeardownIncomplete, TestbedError
+from orchestrator.errors import InputError, TeardownIncomplete, TestbedError
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
 from orchestrator.foreign import is_bare, router_kind
 from orchestrator.foreign_nodes import (
     before_start, convert_outputs, node_facts, planned_workload_t0, refuse_images, unshaped_warning, workload_bounds, write_pieces,
 )
-from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
+from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, check_capabilities, transition
 from orchestrator.manifest import build_manifest, lag_summary, read_lag_files
 from orchestrator.nodeconfigs import build_configs, recorded_configs, shape_in_kernel
 from orchestrator.nodestate import NodeState
@@ -53,19 +54,10 @@ from orchestrator.router_cpu import record_sample
 from orchestrator.rundir import default_run_dir
 from orchestrator.runinfo import RunWriter
 from orchestrator.state import StateStore, check_name
-from orchestrator.workload import drain, last_action_s, linger_until_quiet, publish, run_timeline, sleep_until
-
-# Verbs a backend must declare a capability for.
-NEEDS_CAPABILITY = {Verb.PAUSE: "pause", Verb.UNPAUSE: "pause", Verb.DISCONNECT: "partitions",
-                    Verb.RECONNECT: "partitions"}
-
-
-def check_capabilities(backend: type[Backend] | Backend, verbs: set[str]) -> None:
-    """Refuse churn the backend cannot do, before anything starts."""
-    for verb in sorted(verbs):
-        need = NEEDS_CAPABILITY.get(Verb(verb))
-        if need is not None and not getattr(backend.capabilities, need):
-            raise BackendUnavailable(f"the {backend.name} backend cannot {verb} nodes (no {need} support)")
+from orchestrator.wallclock import on_wall_clock
+from orchestrator.workload import (
+    QUIET_POLL_S, drain, last_action_s, linger_until_quiet, publish, run_timeline, sleep_until, start_lag_window,
+)
 
 
 class Controller:
@@ -128,6 +120,7 @@ class Controller:
             "status": "starting", "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "cli_pid": os.getpid(), "experiment": resolved.source, "experiment_name": resolved.name,
             "seed": resolved.seed, "t0_ns": time.time_ns(), "nodes": {}, "wire_facts": wire_facts(resolved),
+            "time_dilation": resolved.time_dilation,
         })
         try:
             backend = make_backend(backend_name, BackendContext(testbed, run_dir, store, reporter))
@@ -161,6 +154,7 @@ class Controller:
         ctl = cls(testbed, backend, run_dir, store, nodes, reporter)
         ctl.configs = recorded_configs(record)
         ctl.record = record
+        ctl.writer.clock = DilatedClock(record.get("t0_ns") or 0, record.get("time_dilation", 1.0))
         return ctl
 
     # Helpers
@@ -192,6 +186,8 @@ class Controller:
         assert resolved is not None, "up() needs a controller made by create()"
         names = [n.name for n in resolved.nodes]
         self.t0_ns = time.time_ns()
+        self.writer.clock = clock = DilatedClock(self.t0_ns, resolved.time_dilation)
+        wall = on_wall_clock(resolved)  # links slowed down when the experiment is dilated
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.event(RunEvent.RUN_START)
         for spec in resolved.nodes:
@@ -204,7 +200,7 @@ class Controller:
         if self.caps.path != "netem":
             self.reporter.note(f"shaping: {self.caps.path} ({self.caps.detail})")
         token = (self.store.load(self.testbed) or {}).get("token", "")
-        self.configs = build_configs(resolved, addresses, self.caps, token, self.run_dir)
+        self.configs = build_configs(wall, addresses, self.caps, token, self.run_dir, clock)
         if (unshaped := unshaped_warning(resolved, self.caps, self.backend.capabilities.foreign_proxy)) is not None:
             self._warn(unshaped)
         cfg_dir = self.store.dir(self.testbed) / "configs"
@@ -234,12 +230,12 @@ class Controller:
                 st.life = replace(st.life, process=Process.RUNNING)
                 self._save_node(name)
             advance(len(names))
-        shape_in_kernel(self.backend, resolved, self.caps, names)
-        timeout = ready_timeout if ready_timeout is not None else 30.0 + 0.3 * len(names)
+        shape_in_kernel(self.backend, wall, self.caps, names)
+        timeout = ready_timeout if ready_timeout is not None else clock.wall_s(30.0) + 0.3 * len(names)
         self.readiness.wait(names, timeout, self.reporter)
         self.event(RunEvent.ALL_UP, nodes=len(names))
         self._sample_cpu("up")
-        self._set_status("up", up_at_ns=time.time_ns())
+        self._set_status("up", up_at_ns=time.time_ns(), lag_at_up=start_lag_window(self.nodes, self.backend))
         self.write_manifest(final=False)
 
     def _next_config(self, name: str) -> NodeConfig:
@@ -256,7 +252,8 @@ class Controller:
     def run_workload(self, resolved: ResolvedExperiment) -> None:
         """Publishes and churn at their times, then the linger: the fixed
         one, or with `linger: auto` until the network is quiet (at most
-        until the experiment's end)."""
+        until the experiment's end). All of it on the wall clock's time."""
+        written, resolved = resolved, on_wall_clock(resolved)
         t0, end_ns, late = workload_bounds(self.workload_t0_ns, self.script_slack_ns, time.time_ns(), resolved.end_time())
         self.workload_t0_ns = t0
         if late is not None:
@@ -266,12 +263,14 @@ class Controller:
         if resolved.linger_auto:
             sleep_until(t0 + round(last_action_s(resolved) * 1e9))
             self.drain_churn()
-            took = linger_until_quiet(self.nodes, self.backend, end_ns, self.reporter)
+            clock = self.writer.clock
+            took = linger_until_quiet(self.nodes, self.backend, end_ns, self.reporter,
+                                      poll_s=clock.wall_s(QUIET_POLL_S))
             if took is None:
                 self._warn(f"linger: auto: the network was still busy at the linger bound "
-                           f"({resolved.end_time():g} s after the start of the workload)")
+                           f"({written.end_time():g} s after the start of the workload)")
             else:
-                self.event(RunEvent.QUIET, after_s=took)
+                self.event(RunEvent.QUIET, after_s=round(took / clock.factor, 3))
         else:
             sleep_until(end_ns)
         self.drain_churn()
@@ -376,7 +375,7 @@ class Controller:
         for name, st in self.nodes.items():
             if st.life.process is Process.PAUSED:
                 self.backend.resume(name)
-        answers = drain(self.nodes, self.backend, self.reporter)
+        answers = drain(self.nodes, self.backend, self.reporter, self.writer.clock)
         lags = {n: answer.get("lag", {}) for n, answer in answers.items() if answer is not None}
         if silent := sorted(n for n, answer in answers.items() if answer is None):
             self._warn(f"{len(silent)} router(s) did not answer at the end: stopped or hung on their own during the run "
@@ -422,6 +421,7 @@ class Controller:
         record = self.store.load(self.testbed) or {}
         caps = self.caps.__dict__ if self.caps is not None else record.get("shaping", {})
         t0 = self.t0_ns or record.get("t0_ns")
+        workload_t0 = self.workload_t0_ns or record.get("workload_t0_ns")  # on the wall clock, like t0
         extra: dict[str, Any] = {"testbed": self.testbed, "status": "finished" if final else "up",
                                  **record.get("wire_facts", {})}
         if self.caps is not None:
@@ -430,17 +430,20 @@ class Controller:
         extra.update({"foreign_outputs": self.foreign_outputs} if self.foreign_outputs else {})
         if (isolation := self.backend.isolation()) is not None:
             extra["isolation"] = isolation
+        if self.writer.clock.factor != 1.0:
+            extra["time_dilation"] = self.writer.clock.factor
         extra.update(self.backend.manifest_facts())
         if final:
             self.warnings.extend(self.backend.shaping_warnings())
             extra["wall_time_s"] = round((time.time_ns() - (t0 or time.time_ns())) / 1e9, 3)
             extra["event_loop_lag"], warning = lag_summary(read_lag_files(self.run_dir, list(self.nodes), lags or {}))
+            extra["event_loop_lag_at_up"] = lag_summary(record.get("lag_at_up") or {})[0]
             if warning:
                 self.warnings.append(warning)
         self.writer.write_manifest(build_manifest(
             backend=self.backend.name, experiment=record.get("experiment"),
             name=record.get("experiment_name", self.testbed), seed=record.get("seed"), clock="wall", t0_ns=t0,
-            workload_t0_ns=self.workload_t0_ns or record.get("workload_t0_ns"),
+            workload_t0_ns=self.writer.clock.virtual_ns(workload_t0) if workload_t0 else None,
             started_at=self.started_at or record.get("started_at"), shaping_path=caps.get("path"),
             netem_available=caps.get("path") == "netem" if self.backend.capabilities.kernel_shaping else None,
             shaping_detail=caps.get("detail"), nodes=len(self.nodes), warnings=self.warnings, **extra,

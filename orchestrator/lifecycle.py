@@ -35,8 +35,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from node.trace_vocab import RunEvent
+from orchestrator.errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from orchestrator.backend import Backend
 
 
 class Verb(str, enum.Enum):
@@ -282,3 +287,16 @@ def _step(call: Call, before: NodeLife, after: NodeLife, cause: str) -> Step:
     if after.reachable and not before.reachable:
         return Step(call, after, (LifeEvent(RunEvent.NODE_UP, cause),))
     return Step(call, after)
+
+
+# Verbs a backend must declare a capability for.
+NEEDS_CAPABILITY = {Verb.PAUSE: "pause", Verb.UNPAUSE: "pause", Verb.DISCONNECT: "partitions",
+                    Verb.RECONNECT: "partitions"}
+
+
+def check_capabilities(backend: type[Backend] | Backend, verbs: set[str]) -> None:
+    """Refuse churn the backend cannot do, before anything starts."""
+    for verb in sorted(verbs):
+        need = NEEDS_CAPABILITY.get(Verb(verb))
+        if need is not None and not getattr(backend.capabilities, need):
+            raise BackendUnavailable(f"the {backend.name} backend cannot {verb} nodes (no {need} support)")

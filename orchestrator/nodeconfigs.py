@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from node.config import LinkShape, NodeConfig, PeerAddress
+from node.dilation import DilatedClock
 from orchestrator.backend import Backend, NodeAddress, ShapingCapabilities
 from orchestrator.errors import TestbedError
 from orchestrator.experiment.model import LinkParams, ResolvedExperiment
@@ -34,12 +35,13 @@ def dials(resolved: ResolvedExperiment) -> dict[str, list[str]]:
 
 def build_configs(
     resolved: ResolvedExperiment, addresses: dict[str, NodeAddress], caps: ShapingCapabilities,
-    token: str, run_dir: Path,
+    token: str, run_dir: Path, clock: DilatedClock = DilatedClock(),
 ) -> dict[str, NodeConfig]:
     """Every node's NodeConfig. Each overlay edge is dialled as `dials` says; trace and lag files
     go straight into the run directory (a backend that runs nodes elsewhere
     rewrites these paths). Node i of the experiment has libp2p identity i;
-    peers are dialled, shaped and named by their peer ids."""
+    peers are dialled, shaped and named by their peer ids. `resolved` is on
+    the wall clock (orchestrator/wallclock.py); `clock` is the experiment's."""
     neighbours = resolved.neighbours()
     dialled = dials(resolved)
     index = node_indices(resolved)
@@ -61,6 +63,7 @@ def build_configs(
             uplink_bps=None if caps.kernel_rate else spec.uplink_bps,
             lag_path=str(run_dir / "node-logs" / f"{me}.lag.json"),
             security=resolved.security, authenticity=resolved.authenticity, message_id=resolved.message_id,
+            time_dilation=clock.factor, clock_epoch_ns=clock.epoch_ns,
         )
     return configs
 

@@ -4,7 +4,9 @@ experiment.resolved.yaml, topology.json, manifest.json and events.jsonl.
 Shared by the simulator and the real backends, so every run directory has the
 same layout whatever produced it. `RunWriter.event` appends one JSON line and
 flushes it at once: events.jsonl is the run's log and must survive a crash of
-the orchestrator.
+the orchestrator. Its times are on the experiment's clock (`clock`), as the
+routers' traces are: the wall clock's, unless the run is time-dilated
+(node/dilation.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from node.atomic import write_atomic
+from node.dilation import DilatedClock
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.foreign import implementation, trace_events
 from orchestrator.peers import peer_ids_b58
@@ -74,9 +77,11 @@ class RunWriter:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._events: IO[str] | None = None
         self._lock = threading.Lock()
+        self.clock = DilatedClock()  # the experiment's; the controller sets a dilated run's
 
     def event(self, t_ns: int, kind: str, **fields: Any) -> None:
-        line = json.dumps({"t_ns": int(t_ns), "kind": kind, **fields}, sort_keys=False)
+        """One line at wall time `t_ns`, logged on the experiment's clock."""
+        line = json.dumps({"t_ns": self.clock.virtual_ns(int(t_ns)), "kind": kind, **fields}, sort_keys=False)
         with self._lock:
             if self._events is None:
                 self._events = open(self.run_dir / EVENTS_JSONL, "a")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from node.dilation import DilatedClock
 from node.runtime.client import ControlError
 from node.trace_vocab import RunEvent
 from node.wire import workload_data
@@ -138,11 +139,27 @@ def linger_until_quiet(
     return None
 
 
+def start_lag_window(nodes: Mapping[str, NodeState], backend: Backend) -> dict[str, dict[str, Any]]:
+    """At the end of `up`: each router's event-loop lag so far, and a new lag
+    window from now. Until then a router's timers compete with every other
+    router's start (at 250 containers on two cores, for a minute or two), and
+    no message is measured then; from now on its lag covers what the run
+    measures, rest and workload, and the start-up is reported on its own.
+    Bare images have no lag to reset; a node that does not answer keeps its
+    whole life in one window."""
+    names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(pool.map(
+            lambda n: backend.control_client(n).try_call("status", timeout=5.0, reset_lag=True), names))
+    return {n: a["lag"] for n, a in zip(names, answers, strict=True) if a and (a.get("lag") or {}).get("samples")}
+
+
 DRAIN_S = 3.0  # at most this long for the RPCs in flight at the end of a run to arrive
 DRAIN_POLL_S = 0.3
 
 
-def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter) -> dict[str, dict[str, Any] | None]:
+def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter,
+          clock: DilatedClock = DilatedClock()) -> dict[str, dict[str, Any] | None]:
     """Before the nodes stop: each LEAVEs and empties its queues, then the
     RPCs on their way arrive (until two polls see the same counters, at
     most DRAIN_S), so a run's traces show every RPC sent as received. Bare
@@ -150,12 +167,13 @@ def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter) 
     Returns each drained node's answer: its counters and event-loop lag once
     its queues were empty (the answers are the first poll of the linger, so
     250 nodes cost one round of calls less); None for a node that did not
-    answer (its router stopped or hung on its own)."""
+    answer (its router stopped or hung on its own). A time-dilated run
+    (`clock`) polls and waits as many times longer as its links are."""
     names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]
     with ThreadPoolExecutor(max_workers=16) as pool:
         answers = dict(zip(names, pool.map(
             lambda n: backend.control_client(n).try_call("drain", timeout=5.0), names), strict=True))
-    linger_until_quiet(nodes, backend, time.time_ns() + round(DRAIN_S * 1e9), reporter,
-                       poll_s=DRAIN_POLL_S, title="draining: RPCs in flight arrive",
+    linger_until_quiet(nodes, backend, time.time_ns() + round(clock.wall_s(DRAIN_S) * 1e9), reporter,
+                       poll_s=clock.wall_s(DRAIN_POLL_S), title="draining: RPCs in flight arrive",
                        first={n: quiet_counters(a) for n, a in answers.items()})
     return answers

@@ -36,6 +36,9 @@ Rules that live here (docs/running.md):
   dialling them until `rejoin`.
 - Names: the control endpoint and status speak the experiment's names
   (`peer_names` in the config); a peer without one is its base58 peer id.
+- Time: the engine, the trace and the lag read the experiment's clock
+  (`NodeConfig.clock`), the wall clock unless the run is time-dilated; then
+  the heartbeat sleeps k times its interval (node/dilation.py).
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ class Node:
         self.topics: set[str] = set()
         self.isolated: set[str] | None = None  # None: not isolated; empty: from everyone
         self.counters: Counter[str] = Counter()
+        self.clock = cfg.clock  # the experiment's: dilated when the run is (node/dilation.py)
         self.started_ns = time.time_ns()
         self.listen_port = cfg.listen_port
         self.control_port = cfg.control_port
@@ -199,14 +203,14 @@ class Node:
     async def _heartbeats(self) -> None:
         """The engine's heartbeat; also the lag sample and, every
         LAG_WRITE_INTERVAL_S, the lag file."""
-        interval = self.engine.heartbeat_interval / 1e9
-        due = trio.current_time() + self.engine.first_heartbeat / 1e9
+        interval = self.clock.wall_s(self.engine.heartbeat_interval / 1e9)
+        due = trio.current_time() + self.clock.wall_s(self.engine.first_heartbeat / 1e9)
         next_lag_write = due
         while True:
             await trio.sleep_until(due)
             t = trio.current_time()
-            self.lag.record(t - due)
-            now = time.time_ns()
+            self.lag.record((t - due) / self.clock.factor)  # on the experiment's clock, as the traces
+            now = self.clock.now_ns()
             self._apply(self.engine.heartbeat(now), now)
             if t >= next_lag_write:
                 self.lag.write(self.lag_path, self.name)
@@ -332,7 +336,7 @@ class Node:
             self.counters["peers_dropped"] += 1
         log.info("%s: peer %s gone: %s", self.name, link.name, link.close_reason or reason)
         if link.ready.is_set():
-            now = time.time_ns()
+            now = self.clock.now_ns()
             self._apply(self.engine.remove_peer(now, link.peer_id), now)
         self._notify()
 
@@ -354,7 +358,7 @@ class Node:
         """Our pubsub stream to the peer is open: the engine meets the peer."""
         if self.links.get(link.peer_id) is not link:
             return
-        now = time.time_ns()
+        now = self.clock.now_ns()
         self._apply(self.engine.add_peer(now, link.peer_id, link.protocol), now)
 
     def _on_frame(self, link: PeerLink, frame: bytes) -> None:
@@ -363,7 +367,7 @@ class Node:
         rpc = self.decoder.decode(frame)  # WireError drops the peer
         link.rpcs_in += 1
         self.counters["rpcs_in"] += 1
-        now = time.time_ns()
+        now = self.clock.now_ns()
         try:
             out = self.engine.handle_rpc(now, link.peer_id, rpc)
         except Exception as exc:  # an engine bug must not take the router down
@@ -416,12 +420,12 @@ class Node:
 
     def subscribe(self, topic: str) -> None:
         self.topics.add(topic)
-        now = time.time_ns()
+        now = self.clock.now_ns()
         self._apply(self.engine.join(now, topic), now)
 
     def unsubscribe(self, topic: str) -> None:
         self.topics.discard(topic)
-        now = time.time_ns()
+        now = self.clock.now_ns()
         self._apply(self.engine.leave(now, topic), now)
 
     def _published(self, out: Output, now: int) -> str:
@@ -432,13 +436,13 @@ class Node:
         return mids[0].hex() if mids else ""
 
     def publish(self, topic: str, data: bytes) -> str:
-        now = time.time_ns()
+        now = self.clock.now_ns()
         return self._published(self.engine.publish(now, topic, data), now)
 
     def inject(self, seqno: int, topic: str, data: bytes) -> str:
         """Publish a message built elsewhere (the same id via several nodes),
         authored by the testbed's injector identity."""
-        now = time.time_ns()
+        now = self.clock.now_ns()
         injector = identity_for_index(INJECTOR_INDEX)
         msg = replace(self.auth, signer=injector).author(injector.peer_id, seqno, topic, data)
         mid = self._published(self.engine.publish_message(now, msg), now)

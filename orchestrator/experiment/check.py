@@ -80,13 +80,18 @@ class _Checker:
     def foreign_fit(self, doc: ExperimentFile, groups: tuple[Group, ...], workloads: tuple[Workload, ...]) -> None:
         """Foreign routers (orchestrator/foreign.py) share our message ids only
         by the contract's first-8-bytes ids and sign strictly; they publish
-        only their own messages; a bare image has no control endpoint."""
+        only their own messages; a bare image has no control endpoint; their
+        timers run on their own clocks, so they cannot be time-dilated."""
         foreign = [g for g in groups if is_foreign(g.router)]
         if not foreign:
             return
         router_of = {n: g.router for g in groups for n in g.node_names()}
         g = foreign[0]
         where = (*g.path, "router")
+        if doc.time_dilation != 1.0:
+            raise self.err(("time_dilation",), f"group {g.name or 'nodes'!r} runs a foreign router "
+                           f"({implementation(g.router)}), whose timers the testbed cannot slow down; time "
+                           "dilation needs our routers on every node")
         for group in foreign:
             if group.router == "py-libp2p" and doc.wire.authenticity == "anonymous":
                 raise self.err(("wire", "authenticity") if "authenticity" in doc.wire.given() else (*group.path, "router"),
@@ -146,7 +151,7 @@ class _Checker:
             name=doc.name or _safe_name(default_name), description=doc.description or "", seed=doc.seed,
             groups=self.groups, overlay=overlay, links=links, workloads=workloads, churn=churn,
             expectations=tuple(doc.expectations), duration=doc.duration, linger=linger, linger_auto=linger_auto,
-            strict_traces=doc.strict_traces,
+            strict_traces=doc.strict_traces, time_dilation=doc.time_dilation,
             wire=doc.wire, resources=doc.resources, source=self.src, single_group_form=doc.nodes is not None,
         )
         if doc.variants is not None:

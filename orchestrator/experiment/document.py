@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PlainValidator, ValidationError, WithJsonSchema, field_validator, model_validator
 
+from node.dilation import MAX_DILATION
 from orchestrator.errors import InputError
 from orchestrator.experiment import values as v
 from orchestrator.experiment.activity import Churn, Workload
@@ -85,6 +86,10 @@ class ExperimentFile(Part):
     linger: Linger = DEFAULT_LINGER
     strict_traces: bool = Field(False, description="a cut or corrupt trace file fails the run (exit 1), as analyze --strict")
     resources: Resources | None = Field(None, description="defaults for every group's resources")
+    time_dilation: v.number("a time dilation factor", ge=1.0, le=MAX_DILATION) = Field(  # type: ignore[valid-type]
+        1.0, description="run the experiment this many times slower on the wall clock (links, router "
+                         "timers, workload, churn); traces and metrics stay on the experiment's clock "
+                         "(docs/experiment-files.md)")
     wire: Wire = Field(default_factory=Wire)
     variants: dict[VariantName, Variant | None] | None = Field(
         None,

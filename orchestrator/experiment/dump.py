@@ -58,6 +58,8 @@ def experiment_to_dict(exp: Experiment, resolved: ResolvedExperiment) -> dict[st
     d["linger"] = "auto" if exp.linger_auto else exp.linger
     if exp.strict_traces:
         d["strict_traces"] = True
+    if exp.time_dilation != 1.0:
+        d["time_dilation"] = exp.time_dilation
     d["wire"] = exp.wire.dump()
     return d
 

@@ -43,6 +43,7 @@ class Experiment:
     linger: float  # the bound when linger_auto
     linger_auto: bool
     strict_traces: bool
+    time_dilation: float  # wall seconds per experiment second on real backends (node/dilation.py)
     wire: Wire
     resources: Resources | None
     source: Source = field(compare=False, repr=False)

@@ -99,6 +99,9 @@ class ResolvedExperiment:
     # message, but no later than `linger` seconds after it.
     linger_auto: bool = False
     strict_traces: bool = False  # a damaged trace file fails the run (analyze --strict)
+    # Real backends run k times slower than written (node/dilation.py,
+    # orchestrator/wallclock.py); the times here stay the experiment's.
+    time_dilation: float = 1.0
     # the wire (docs/experiment-files.md, "Wire"): secure channel, message
     # signing policy and how message ids are computed
     security: str = "noise"  # noise | plaintext
@@ -164,5 +167,7 @@ class ResolvedExperiment:
             "wire": [self.security, self.authenticity, self.message_id],
             "resources": sorted((str(k), repr(v)) for k, v in self.resources.items()),
         }
+        if self.time_dilation != 1.0:
+            doc["time_dilation"] = self.time_dilation
         text = json.dumps(doc, sort_keys=True, default=repr)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

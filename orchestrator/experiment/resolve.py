@@ -95,7 +95,7 @@ class _Resolver:
             name=exp.name, source=exp.file, seed=seed, nodes=tuple(nodes), edges=tuple(edges),
             links=links, default_link=pair.default(), publishes=tuple(publishes), churn=tuple(churn),
             expectations=exp.expectations, duration=duration, linger=exp.linger, linger_auto=exp.linger_auto,
-            strict_traces=exp.strict_traces,
+            strict_traces=exp.strict_traces, time_dilation=exp.time_dilation,
             resources=exp.resource_defaults, security=exp.wire.security, authenticity=exp.wire.authenticity,
             message_id=exp.wire.message_id, pair_link=pair,
         )
