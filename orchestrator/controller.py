@@ -381,11 +381,11 @@ class Controller:
             self._warn(f"{len(silent)} router(s) did not answer at the end: stopped or hung on their own during the run "
                        f"(see node-logs/): {', '.join(silent[:10])}")
         with self.reporter.phase("stopping nodes and collecting traces", len(self.nodes)) as advance:
-            for name, why in self.backend.stop_many(list(self.nodes)).items():
-                self.warnings.append(f"{name}: stop failed: {why}")
-            advance(len(self.nodes))
             incomplete: TeardownIncomplete | None = None
-            try:
+            try:  # a stop that leaves containers Docker cannot be asked about ends here, with the record kept
+                for name, why in self.backend.stop_many(list(self.nodes)).items():
+                    self.warnings.append(f"{name}: stop failed: {why}")
+                advance(len(self.nodes))
                 try:
                     self.backend.collect_traces()
                 finally:

@@ -44,6 +44,17 @@ signal (a listing of 250 containers polled every 50 ms kept the daemon busy
 serializing them while it still had exits to process).
 Elsewhere (not root, a cgroup the host cannot see), the plain way: SIGTERM
 through Docker to all at once, one grace, SIGKILL what is left.
+
+A daemon that stops answering: Docker 20.10's libnetwork can deadlock when
+many containers exit at once (moby/moby#46661, fixed in later releases): the
+exits are never registered, so those containers stay "running" with no
+process, and every call about one of them (inspect, kill, remove) waits
+forever. Seen here once in a 250-container `down` on the own bridge. When
+containers whose every process we saw exit are still listed as running a
+grace after, one of them is inspected with a short timeout; no answer means
+the daemon is stuck, and the stop ends there with TeardownIncomplete saying
+so (restart the daemon, then `testbed down --all`) rather than queueing
+calls that would never return.
 """
 
 from __future__ import annotations
@@ -60,11 +71,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.docker_util import cgroup_procs
+from orchestrator.errors import TeardownIncomplete
 from orchestrator.procs import proc_alive, proc_parent, send_signal
 
 POLL_S = 0.05  # between listings of the containers: one Docker call each
 PROC_POLL_S = 0.02  # between looks at the routers in /proc: no Docker call
 WORKERS = 16  # concurrent signal / inspect calls: each returns at once
+PROBE_S = 10.0  # how long an inspect may take before the daemon counts as stuck
 
 
 def _running(client: Any, flt: dict[str, str], ids: set[str]) -> set[str]:
@@ -76,6 +89,7 @@ def _running(client: Any, flt: dict[str, str], ids: set[str]) -> set[str]:
 
 def _signal(client: Any, cid: str, sig: str) -> str | None:
     import docker.errors  # noqa: PLC0415
+    import requests.exceptions  # noqa: PLC0415
 
     try:
         client.api.kill(cid, signal=sig)
@@ -84,6 +98,8 @@ def _signal(client: Any, cid: str, sig: str) -> str | None:
     except docker.errors.APIError as exc:
         text = str(getattr(exc, "explanation", None) or exc)
         return None if "is not running" in text else text
+    except requests.exceptions.RequestException as exc:  # a daemon that does not answer: named, not a traceback
+        return f"Docker did not answer the {sig}: {exc}"
     return None
 
 
@@ -158,6 +174,14 @@ def stop_all(client: Any, flt: dict[str, str], containers: dict[str, str], grace
     while left and clock() < deadline:
         sleep(POLL_S)
         left = _running(client, flt, left)
+    exited = sorted(cid for cid in left if cid in direct and not proc_alive(direct[cid]))
+    if exited and not _answers(client, exited[0], PROBE_S):
+        names = ", ".join(by_id[cid] for cid in exited[:10]) + (", ..." if len(exited) > 10 else "")
+        raise TeardownIncomplete([
+            f"{len(exited)} container(s) ({names}): every process of theirs exited, but Docker still lists them as "
+            f"running and did not answer an inspect of one in {PROBE_S:g} s: its daemon is stuck (Docker 20.10's "
+            "libnetwork deadlocks when many containers exit at once, moby/moby#46661; docs/docker.md). "
+            "Restart the Docker daemon (systemctl restart docker), then `testbed down --all`"], [])
     if left:
         errors.update({cid: why for cid, why in zip(sorted(left), _fan_out(
             lambda cid: _signal(client, cid, "SIGKILL"), sorted(left)), strict=True) if why})
@@ -168,6 +192,23 @@ def stop_all(client: Any, flt: dict[str, str], containers: dict[str, str], grace
     out = {by_id[cid]: why for cid, why in errors.items()}
     out.update({by_id[cid]: f"still running {2 * grace_s:g} s after SIGTERM and SIGKILL" for cid in left})
     return out
+
+
+def _answers(client: Any, cid: str, timeout_s: float) -> bool:
+    """Whether Docker answers an inspect of `cid` (any answer, an error
+    included) within `timeout_s`. The call runs in a daemon thread, so one
+    that never returns is left behind without holding up the CLI's exit."""
+    done = threading.Event()
+
+    def ask() -> None:
+        try:
+            client.api.inspect_container(cid)
+        except Exception:  # noqa: BLE001 - an error is an answer
+            pass
+        done.set()
+
+    threading.Thread(target=ask, name="docker-probe", daemon=True).start()
+    return done.wait(timeout_s)
 
 
 def _release(client: Any, held: dict[str, tuple[int, int]], network: str | None, grace_s: float,

@@ -19,3 +19,23 @@ class FakeBackend(ProcessBackend):
         with open(self.run_dir / "fake-control.log", "a") as log:
             log.write(node + "\n")
         return super().control_client(node)
+
+
+class StuckStopBackend(ProcessBackend):
+    """Its first stop ends the routers and then finds them still listed as
+    running, as Docker 20.10 does when its libnetwork deadlocks on many
+    exits (orchestrator/docker_stop.py): TeardownIncomplete. Later stops are
+    the process backend's, as after a daemon restart."""
+
+    name = "stuck"
+
+    def stop_many(self, nodes):
+        from orchestrator.errors import TeardownIncomplete  # noqa: PLC0415
+
+        out = super().stop_many(nodes)
+        marker = self.run_dir / "stuck-once"
+        if marker.exists():
+            return out
+        marker.write_text("")
+        raise TeardownIncomplete([f"{len(nodes)} container(s): the daemon is stuck; restart it, then "
+                                  "`testbed down --all`"], [])

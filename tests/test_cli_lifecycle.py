@@ -113,6 +113,27 @@ def test_up_status_publish_churn_down(env, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_stop_that_leaves_containers_behind_finishes_the_run_and_keeps_the_record(env, tmp_path):
+    """A stop that cannot finish (Docker's daemon stuck on lost exits): `down`
+    still writes the run's manifest with what is left, exits 1 with the one
+    message that says what to do, keeps the testbed recorded, and a later
+    `down` (the daemon restarted) removes it."""
+    env = {**env, "TESTBED_BACKENDS": "stuck=tests.fake_backend:StuckStopBackend",
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    run = tmp_path / "run"
+    tb(env, "up", str(experiment(tmp_path)), "--backend", "stuck", "--name", "stuck", "--out", str(run))
+    out = tb(env, "down", "stuck", check=False)
+    assert out.returncode == 1, out.stderr
+    assert "teardown incomplete" in out.stderr and "the daemon is stuck" in out.stderr and "Traceback" not in out.stderr
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and any("the daemon is stuck" in w for w in manifest["warnings"])
+    assert sorted(p.name for p in (run / "traces").iterdir()) == [f"n{i}.pb" for i in range(4)]
+    assert "stuck" in tb(env, "status", "--json").stdout
+    tb(env, "down", "stuck")
+    assert "stuck" not in tb(env, "status", "--json").stdout
+
+
+@pytest.mark.slow
 def test_down_names_a_router_that_stopped_on_its_own(env, tmp_path):
     """A router that ended behind the controller's back (here SIGKILL; a
     router whose trace cannot be written stops by itself) does not answer the

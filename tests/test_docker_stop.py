@@ -19,6 +19,7 @@ import pytest
 
 from orchestrator import docker_stop
 from orchestrator.docker_stop import only_child, stop_all
+from orchestrator.errors import TeardownIncomplete
 
 FLT = {"label": "gossip-testbed.testbed=t"}
 
@@ -283,3 +284,68 @@ def test_deaths_gives_up_at_the_deadline_or_without_a_stream():
             t0 = time.monotonic()
             deaths.wait({"c0"}, t0 + 10.0, time.monotonic)
             assert time.monotonic() - t0 < 1  # the listing decides at once
+
+
+class StuckApi:
+    """An engine that lost the exits of its containers (Docker 20.10's
+    libnetwork deadlock): it lists them as running forever, never sends their
+    `die` events, and never answers an inspect or a kill."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = ids
+        self.asked: list[str] = []
+
+    def containers(self, filters=None):
+        return [] if filters.get("status") == "paused" else [{"Id": cid, "State": "running"} for cid in self.ids]
+
+    def events(self, since=None, filters=None, decode=False):
+        raise docker.errors.APIError("500", explanation="no events")
+
+    def inspect_container(self, cid):
+        self.asked.append(cid)
+        time.sleep(60)
+
+    def kill(self, cid, signal):
+        raise AssertionError("no call that would never return")
+
+
+@needs_root
+def test_a_daemon_that_lost_the_exits_ends_the_stop_with_what_to_do(monkeypatch):
+    """On an own bridge (no network) the routers exit as asked; Docker still
+    lists their containers as running and does not answer about them: the
+    stop ends in TeardownIncomplete naming the daemon's deadlock and the fix,
+    without a kill through Docker and without waiting on its silence."""
+    inits = {f"c{i}": subprocess.Popen(["sleep", "30"]) for i in range(3)}
+    monkeypatch.setattr(docker_stop, "_inits", lambda ids: {cid: inits[cid].pid for cid in ids})
+    monkeypatch.setattr(docker_stop, "PROBE_S", 0.5)
+    api = StuckApi(sorted(inits))
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(TeardownIncomplete) as caught:
+            stop_all(FakeClient(api), FLT, {f"n{i}": f"c{i}" for i in range(3)}, 0.3, None)
+    finally:
+        for p in inits.values():
+            p.kill()
+            p.wait()
+    assert time.monotonic() - t0 < 5
+    text = str(caught.value)
+    assert "3 container(s) (n0, n1, n2)" in text and "moby/moby#46661" in text and "testbed down --all" in text
+    assert api.asked == ["c0"]
+
+
+def test_a_kill_docker_does_not_answer_is_a_failed_stop_not_a_traceback():
+    import requests.exceptions
+
+    api = FakeApi({"c0": "running", "c1": "running"})
+
+    def kill(cid, signal, orig=api.kill):
+        api.calls.append((signal, cid))
+        if cid == "c1":
+            raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=120)")
+        return orig(cid, signal)
+
+    api.kill = kill
+    clock = Clock()
+    out = stop_all(FakeClient(api), FLT, {"n0": "c0", "n1": "c1"}, 1.0, None, clock, clock.sleep)
+    assert set(out) == {"n1"} and "still running" in out["n1"]
+    assert ("SIGTERM", "c1") in api.calls and ("SIGKILL", "c1") in api.calls and api.states["c0"] == "exited"
