@@ -108,14 +108,19 @@ def quiet_counters(answer: Mapping[str, Any] | None) -> tuple[int, ...] | None:
     return tuple(int(got.get(k, 0)) for k in QUIET_COUNTERS)
 
 
+def ask_each(nodes: Mapping[str, NodeState], backend: Backend, cmd: str, timeout: float, workers: int = 16,
+             **args: Any) -> dict[str, dict[str, Any] | None]:
+    """`cmd` to every reachable node with a control endpoint (a bare image
+    has none), `workers` at a time: each node's answer, None for no answer."""
+    names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(names, pool.map(
+            lambda n: backend.control_client(n).try_call(cmd, timeout=timeout, **args), names), strict=True))
+
+
 def counters(nodes: Mapping[str, NodeState], backend: Backend) -> dict[str, tuple[int, ...] | None]:
     """Each reachable node's RPC and delivery counters (None: no answer)."""
-    def one(name: str) -> tuple[int, ...] | None:
-        return quiet_counters(backend.control_client(name).try_call("status", timeout=2.0))
-
-    names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]  # bare: no endpoint
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return dict(zip(names, pool.map(one, names), strict=True))
+    return {n: quiet_counters(a) for n, a in ask_each(nodes, backend, "status", 2.0, workers=8).items()}
 
 
 def linger_until_quiet(
@@ -147,11 +152,8 @@ def start_lag_window(nodes: Mapping[str, NodeState], backend: Backend) -> dict[s
     measures, rest and workload, and the start-up is reported on its own.
     Bare images have no lag to reset; a node that does not answer keeps its
     whole life in one window."""
-    names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        answers = list(pool.map(
-            lambda n: backend.control_client(n).try_call("status", timeout=5.0, reset_lag=True), names))
-    return {n: a["lag"] for n, a in zip(names, answers, strict=True) if a and (a.get("lag") or {}).get("samples")}
+    answers = ask_each(nodes, backend, "status", 5.0, reset_lag=True)
+    return {n: a["lag"] for n, a in answers.items() if a and (a.get("lag") or {}).get("samples")}
 
 
 DRAIN_S = 3.0  # at most this long for the RPCs in flight at the end of a run to arrive
@@ -169,10 +171,7 @@ def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter,
     250 nodes cost one round of calls less); None for a node that did not
     answer (its router stopped or hung on its own). A time-dilated run
     (`clock`) polls and waits as many times longer as its links are."""
-    names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        answers = dict(zip(names, pool.map(
-            lambda n: backend.control_client(n).try_call("drain", timeout=5.0), names), strict=True))
+    answers = ask_each(nodes, backend, "drain", 5.0)
     linger_until_quiet(nodes, backend, time.time_ns() + round(clock.wall_s(DRAIN_S) * 1e9), reporter,
                        poll_s=clock.wall_s(DRAIN_POLL_S), title="draining: RPCs in flight arrive",
                        first={n: quiet_counters(a) for n, a in answers.items()})
