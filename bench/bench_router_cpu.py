@@ -24,6 +24,13 @@ stdout. It prints py-libp2p's CPU per delivery over ours (py-libp2p does not
 count transmissions). The adapter needs first-8-bytes message ids; ours run
 the default (from-seqno), which costs them nothing more.
 
+With --rust-libp2p the same harness also runs rust-libp2p 0.57 routers (the
+adapter, adapters/rust-libp2p, built by cargo; skipped with the reason where
+it cannot be): driven by the same run controller on the process backend as
+ours, the same overlay, parameters, messages and rate, first-8-bytes message
+ids. It is the native reference: what a compiled gossipsub costs per delivery
+on this host through the same kernel, noise, yamux and Ed25519.
+
 Written to compare two versions of the code with one harness: it imports the
 project it sits in, so a copy of this file in another worktree measures that
 worktree's routers (the `code` line says which).
@@ -32,6 +39,7 @@ worktree's routers (the `code` line says which).
     .venv/bin/python bench/bench_router_cpu.py --routers 10 --messages 100 --json
     .venv/bin/python bench/bench_router_cpu.py --no-pylibp2p                 # ours only
     .venv/bin/python bench/bench_router_cpu.py --routers 50 --latency 30     # ours, links shaped in the router
+    .venv/bin/python bench/bench_router_cpu.py --routers 50 --no-pylibp2p --rust-libp2p
 """
 
 from __future__ import annotations
@@ -60,6 +68,8 @@ from node.identity import identity_for_index  # noqa: E402
 from node.runtime.client import ControlClient  # noqa: E402
 from node.wire import FIRST_8_BYTES  # noqa: E402
 from orchestrator.controller import Controller  # noqa: E402
+from orchestrator.errors import TestbedError  # noqa: E402
+from orchestrator.image_rust import build_rust_adapter  # noqa: E402
 from orchestrator.experiment.model import LinkParams, NodeSpec, Publish, ResolvedExperiment  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -68,9 +78,10 @@ PYLIBP2P_VENV = Path(os.environ.get("PYLIBP2P_VENV", ROOT / ".venv-pylibp2p"))
 PYLIBP2P_ADAPTER = ROOT / "adapters" / "py-libp2p" / "adapter.py"
 PY_PARAMS = {"D": 6, "D_low": 4, "D_high": 12, "heartbeat_interval": 1.0}
 TOPIC = "t"
+OURS, RUST = "gossipsub", "rust-libp2p"
 
 
-def experiment(k: int, degree: int, latency_ms: float = 0.0) -> ResolvedExperiment:
+def experiment(k: int, degree: int, latency_ms: float = 0.0, router: str = OURS) -> ResolvedExperiment:
     names = [f"n{i:03d}" for i in range(k)]
     rng = random.Random(1)
     edges: set[tuple[str, str]] = set()
@@ -79,11 +90,12 @@ def experiment(k: int, degree: int, latency_ms: float = 0.0) -> ResolvedExperime
         for b in rng.sample(names, min(k, degree // 2)):
             if b != a:
                 edges.add(tuple(sorted((a, b))))
-    nodes = tuple(NodeSpec(name, "default", "gossipsub", {}, (TOPIC,), i) for i, name in enumerate(names))
+    nodes = tuple(NodeSpec(name, "default", router, {}, (TOPIC,), i) for i, name in enumerate(names))
     return ResolvedExperiment(
         name=f"bench-cpu-{k}", source="bench/bench_router_cpu.py", seed=1, nodes=nodes,
         edges=tuple(sorted(edges)), links={}, default_link=LinkParams(latency_ms), publishes=(), churn=(),
         expectations=(), duration=0.0, linger=0.0,
+        message_id=FIRST_8_BYTES if router == RUST else "from-seqno",
     )
 
 
@@ -125,14 +137,20 @@ def statuses(ctl: Controller) -> dict[str, dict]:
     return got
 
 
-def snapshot(ctl: Controller) -> dict:
+def received(counters: dict, router: str) -> int:
+    """Messages a router delivered that it did not publish: ours counts its
+    own publishes as delivered (go's local delivery), rust-libp2p does not."""
+    return counters["delivered"] - (counters["published"] if router == OURS else 0)
+
+
+def snapshot(ctl: Controller, router: str) -> dict:
     sts = statuses(ctl)
     return {
         "t": time.monotonic(),
         "cpu": {n: cpu_seconds(s["pid"]) for n, s in sts.items()},
         "sys": sum(cpu_split(s["pid"])[1] for s in sts.values()),
-        "delivered": sum(s["counters"]["delivered"] - s["counters"]["published"] for s in sts.values()),
-        "rpcs_out": sum(s["counters"]["rpcs_out"] for s in sts.values()),
+        "delivered": sum(received(s["counters"], router) for s in sts.values()),
+        "rpcs_out": None if router == RUST else sum(s["counters"]["rpcs_out"] for s in sts.values()),
         "rss": [rss_bytes(s["pid"]) for s in sts.values()],
         "uss": [uss_bytes(s["pid"]) for s in sts.values()],
     }
@@ -196,9 +214,11 @@ def exit_cost(ctl: Controller) -> dict:
             "exit_cpu_ms_max": round(1000 * max(spent), 1)}
 
 
-def bench(k: int, degree: int, messages: int, rate: float, size: int, rest_s: float, latency_ms: float) -> dict:
-    resolved = experiment(k, degree, latency_ms)
-    run_dir = Path(tempfile.mkdtemp(prefix=f"bench-cpu-{k}-"))
+def bench(k: int, degree: int, messages: int, rate: float, size: int, rest_s: float, latency_ms: float,
+          router: str = OURS) -> dict:
+    """K routers of `router` on the process backend, driven as `testbed up` does."""
+    resolved = experiment(k, degree, latency_ms, router)
+    run_dir = Path(tempfile.mkdtemp(prefix=f"bench-cpu-{router}-{k}-"))
     ctl = Controller.create(resolved, None, "process", f"bench-cpu-{k}-{int(time.time())}", run_dir)
     result: dict = {"routers": k, "edges": len(resolved.edges), "messages": messages, "rate": rate, "size": size,
                     "latency_ms": latency_ms}
@@ -209,11 +229,20 @@ def bench(k: int, degree: int, messages: int, rate: float, size: int, rest_s: fl
 
     try:
         ctl.up(ready_timeout=60 + 1.0 * k)
-        result.update(measure(lambda: snapshot(ctl), publish, k, messages, rate, rest_s))
+        result.update(measure(lambda: snapshot(ctl, router), publish, k, messages, rate, rest_s))
         result.update(exit_cost(ctl))
     finally:
         ctl.down()
     return result
+
+
+def rust_missing() -> str | None:
+    """Why rust-libp2p routers cannot run here, or None (builds the adapter)."""
+    try:
+        build_rust_adapter()
+    except TestbedError as exc:
+        return str(exc)
+    return None
 
 
 # py-libp2p in the same harness
@@ -361,7 +390,7 @@ def progress(who: str, result: dict) -> dict:
 
 
 def ratio(ours: dict, theirs: dict) -> float | None:
-    """py-libp2p's CPU per delivery over ours (higher: we are cheaper)."""
+    """Their CPU per delivery over ours (higher: we are cheaper)."""
     a, b = ours["cpu_ms_per_delivery"], theirs["cpu_ms_per_delivery"]
     return round(b / a, 1) if a and b else None
 
@@ -377,7 +406,9 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.0, metavar="MS",
                     help="one-way latency of every link, applied by our routers' user-space shaper as on a "
                          "host without netem (py-libp2p cannot be shaped here, so it is skipped)")
-    ap.add_argument("--no-pylibp2p", action="store_true", help="measure our routers only")
+    ap.add_argument("--no-pylibp2p", action="store_true", help="do not measure py-libp2p")
+    ap.add_argument("--rust-libp2p", action="store_true",
+                    help="also measure rust-libp2p routers (the native reference), on the same links")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     code = str(Path(node.__file__).resolve().parent.parent)
@@ -389,8 +420,13 @@ def main() -> None:
     theirs = [] if skipped else [progress("py-libp2p", bench_pylibp2p(k, *work)) for k in args.routers]
     for ours, other in zip(results, theirs):
         ours["pylibp2p_over_ours"] = ratio(ours, other)
+    rust_skipped = rust_missing() if args.rust_libp2p else "not asked (--rust-libp2p)"
+    rust = [] if rust_skipped else [progress(RUST, bench(k, *work, args.latency, RUST)) for k in args.routers]
+    for ours, other in zip(results, rust):
+        ours["rust_libp2p_over_ours"] = ratio(ours, other)
     if args.json:
-        doc = {"code": code, "results": results, "pylibp2p": theirs, "pylibp2p_skipped": skipped}
+        doc = {"code": code, "results": results, "pylibp2p": theirs, "pylibp2p_skipped": skipped,
+               "rust_libp2p": rust, "rust_libp2p_skipped": rust_skipped}
         print(json.dumps(doc, indent=1))
         return
     print(f"code: {code}")
@@ -401,6 +437,11 @@ def main() -> None:
     for ours, other in zip(results, theirs):
         report("py-libp2p", other)
         print(f"  py-libp2p CPU per delivery / ours: {ours['pylibp2p_over_ours']}x")
+    if rust_skipped:
+        print(f"rust-libp2p: skipped ({rust_skipped})")
+    for ours, other in zip(results, rust):
+        report(RUST, other)
+        print(f"  rust-libp2p CPU per delivery / ours: {ours['rust_libp2p_over_ours']}x")
 
 
 if __name__ == "__main__":
