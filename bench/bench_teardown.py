@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -167,14 +168,31 @@ class HostBusy:
         return round(sum(s for s, c in self.samples if c >= 0.9 * cpus), 1)
 
 
+def dockerd_pid() -> str | None:
+    """The pid of the daemon DOCKER_HOST names (a host may run several), from
+    the owner of its listening socket; None where that is not visible."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return None
+    out = subprocess.run(["ss", "-Hxlp", "src", host.removeprefix("unix://")], capture_output=True, text=True).stdout
+    match = re.search(r'"dockerd",pid=(\d+)', out)
+    return match[1] if match else None
+
+
 def dockerd_cpu_s() -> float | None:
     """dockerd's user+system CPU seconds so far (None: not visible from here)."""
-    pid = subprocess.run(["pidof", "dockerd"], capture_output=True, text=True).stdout.split()
     try:
-        fields = Path(f"/proc/{pid[0]}/stat").read_text().rsplit(")", 1)[1].split()
-    except (IndexError, OSError):
+        fields = Path(f"/proc/{dockerd_pid()}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def storage_driver() -> str:
+    """The daemon's storage driver (overlay2, fuse-overlayfs, ...): on a
+    user-space one every container's exit also ends a filesystem daemon."""
+    out = subprocess.run(["docker", "info", "--format", "{{.Driver}}"], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
 
 
 def _children_cpu_s() -> float:
@@ -192,25 +210,29 @@ def down_bench(nodes: int, tries: int, quiet: bool) -> int:
             state = work / f"state-{index}"
             env = {**os.environ, "TESTBED_STATE_DIR": str(state)}
             name = f"down{nodes}-{index}"
+            up_t0 = time.monotonic()
             up = subprocess.run([str(TESTBED), "up", str(exp), "--backend", "docker", "--name", name, "--out",
                                  str(work / name)], env=env, capture_output=True, text=True, timeout=600)
             if up.returncode:
                 subprocess.run([str(TESTBED), "down", "--all"], env=env, capture_output=True, timeout=600)
                 print(f"try {index}: `testbed up` failed (exit {up.returncode}):\n{up.stderr}", file=sys.stderr)
                 return 1
+            up_s = time.monotonic() - up_t0
             cpu0, dockerd0, t0 = _children_cpu_s(), dockerd_cpu_s(), time.monotonic()
             with HostBusy() as busy:
                 down = subprocess.run([str(TESTBED), "down", name], env=env, capture_output=True, text=True,
                                       timeout=600)
             wall, cpu, dockerd1 = time.monotonic() - t0, _children_cpu_s() - cpu0, dockerd_cpu_s()
             left = {**labelled(state), "records": records(state), **host_side(state)}
-            row = {"try": index, "network": chosen(None), "rc": down.returncode, "wall_s": round(wall, 2), "cli_cpu_s": round(cpu, 2),
+            row = {"try": index, "network": chosen(None), "storage": storage_driver(), "rc": down.returncode,
+                   "up_s": round(up_s, 1), "wall_s": round(wall, 2), "cli_cpu_s": round(cpu, 2),
                    "dockerd_cpu_s": round(dockerd1 - dockerd0, 2) if dockerd0 is not None and dockerd1 else None,
                    "load1": round(os.getloadavg()[0], 1), "host_cores": os.cpu_count(),
                    "host_busy_cores_mean": busy.mean(), "host_saturated_s": busy.saturated_s(), "left": left}
             rows.append(row)
             if not quiet:
-                print(f"try {index}: down of {nodes} containers on {row['network']}: exit {down.returncode}, {row['wall_s']} s wall, "
+                print(f"try {index}: down of {nodes} containers on {row['network']} ({row['storage']}): "
+                      f"exit {down.returncode}, {row['wall_s']} s wall (`up` took {row['up_s']} s), "
                       f"CLI CPU {row['cli_cpu_s']} s, dockerd CPU {row['dockerd_cpu_s']} s, load {row['load1']}, "
                       f"host busy {row['host_busy_cores_mean']} of {row['host_cores']} cores on average, "
                       f"all but 10% of them for {row['host_saturated_s']} s; "
