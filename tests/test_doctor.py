@@ -85,6 +85,12 @@ def test_findings_match_this_machine(doctor_json):
     elif netem is True:
         assert "netem yes" in checks["kernel shaping"]["found"]
     assert checks["environment"]["status"] == "ok", checks["environment"]["found"]
+    if _docker_answers():
+        from orchestrator.docker_util import docker_client  # noqa: PLC0415
+
+        driver = docker_client().info()["Driver"]
+        assert checks["docker storage"]["found"].startswith(f"storage driver {driver}")
+        assert checks["docker storage"]["status"] == ("limited" if driver in ("fuse-overlayfs", "vfs") else "ok")
     budget = document["router_budget"]
     assert budget["routers"] == min(budget["by_memory"], budget["by_cpu"]) > 0
     assert budget["cores"] == len(os.sched_getaffinity(0))
@@ -105,8 +111,8 @@ def test_without_java_the_demo_cannot_run_and_the_fix_is_named(tmp_path):
 def test_table_names_every_check():
     result = cli("doctor")
     assert result.returncode in (0, 1), result.stderr
-    for name in ("docker", "swarm", "router image", "kernel shaping", "java", "pyspark", "spark start",
-                 "kvm", "qemu", "cargo/rustc", "py-libp2p venv", "memory and cores"):
+    for name in ("docker", "swarm", "router image", "docker storage", "kernel shaping", "java", "pyspark",
+                 "spark start", "kvm", "qemu", "cargo/rustc", "py-libp2p venv", "memory and cores"):
         assert name in result.stdout
     assert "router budget: about" in result.stdout
 
@@ -195,14 +201,14 @@ class FakeImages:
 
 
 class FakeClient:
-    def __init__(self, images: list[FakeImage], swarm: str = "inactive"):
-        self.images, self._swarm, self.closed = FakeImages(images), swarm, False
+    def __init__(self, images: list[FakeImage], swarm: str = "inactive", driver: str = "overlay2"):
+        self.images, self._swarm, self._driver, self.closed = FakeImages(images), swarm, driver, False
 
     def version(self):
         return {"Version": "27.3.1"}
 
     def info(self):
-        return {"Swarm": {"LocalNodeState": self._swarm}}
+        return {"Swarm": {"LocalNodeState": self._swarm}, "Driver": self._driver}
 
     def close(self):
         self.closed = True
@@ -218,10 +224,10 @@ def test_docker_facts_without_a_daemon():
 
 def test_docker_facts_image_stale_then_up_to_date():
     old = FakeImage("sha256:old", [f"{IMAGE_REPO}:000000000000"])
-    client = FakeClient([FakeImage("sha256:slim", [SLIM]), old], swarm="active")
+    client = FakeClient([FakeImage("sha256:slim", [SLIM]), old], swarm="active", driver="fuse-overlayfs")
     facts = F.docker_facts(lambda: client)
     assert client.closed
-    assert (facts.version, facts.swarm) == ("27.3.1", "active")
+    assert (facts.version, facts.swarm, facts.storage) == ("27.3.1", "active", "fuse-overlayfs")
     assert facts.image.base == SLIM and not facts.image.present
     assert facts.image.others == (f"{IMAGE_REPO}:000000000000",)
     current = FakeImage("sha256:new", [facts.image.tag])
@@ -252,7 +258,7 @@ def healthy() -> HostFacts:
         system="Linux", python="3.11.7", root=True, lock_drift=(), locked_packages=46,
         backends=("process", "docker"), default_backend="docker",
         docker=F.DockerFacts("27.3.1", "", "inactive",
-                             ImageStatus(SLIM, f"{IMAGE_REPO}:abc", True, ())),
+                             ImageStatus(SLIM, f"{IMAGE_REPO}:abc", True, ()), storage="overlay2"),
         shaping=tc.NetemProbe(True, True, True, "netns", "ok"), delay_line=None, own_bridge=None,
         java="17.0.13", pyspark="4.3.0", spark_start_s=None, spark_error="",
         kvm="rw", qemu="7.2.15", cargo="1.95.0", rustc="1.95.0", pylibp2p="/x/.venv-pylibp2p/bin/python",
@@ -294,6 +300,17 @@ def test_no_docker_means_the_process_backend_not_a_failure():
     assert report.demo_ok
     assert checks["docker"].status == "missing" and "systemctl start docker" in checks["docker"].fix
     assert checks["router image"].status == "skipped" and checks["swarm"].status == "skipped"
+
+
+def test_a_storage_driver_with_a_cost_per_container_is_limited_and_names_the_fix():
+    assert checks_of(healthy())[1]["docker storage"].status == "ok"
+    for driver in ("fuse-overlayfs", "vfs"):
+        report, checks = checks_of(replace(healthy(), docker=replace(healthy().docker, storage=driver)))
+        check = checks["docker storage"]
+        assert report.demo_ok and check.status == "limited" and driver in check.found
+        assert "`up` of 250" in check.cost and "overlay2" in check.fix and "testbed image build" in check.fix
+    no_docker = F.DockerFacts(None, "no Docker daemon reachable", None, None)
+    assert checks_of(replace(healthy(), docker=no_docker))[1]["docker storage"].status == "skipped"
 
 
 def test_kernel_without_netem_is_limited_and_says_what_it_costs():

@@ -63,6 +63,7 @@ class DockerFacts:
     swarm: str | None  # Swarm.LocalNodeState: inactive, active, pending, error, locked
     image: ImageStatus | None  # None: no daemon, or the lookup failed (image_error)
     image_error: str = ""
+    storage: str | None = None  # the storage driver (Info.Driver): overlay2, fuse-overlayfs, vfs, ...
 
 
 @dataclass(frozen=True)
@@ -219,12 +220,13 @@ def docker_facts(client_factory: Callable[[], Any]) -> DockerFacts:
         return DockerFacts(None, str(exc), None, None)
     try:
         version = str(client.version().get("Version", "?"))
-        swarm = (client.info().get("Swarm") or {}).get("LocalNodeState")
+        info = client.info()
+        swarm = (info.get("Swarm") or {}).get("LocalNodeState")
         try:
             image, image_error = image_status(client), ""
         except Exception as exc:  # noqa: BLE001 - the image lookup failed; the daemon still answered
             image, image_error = None, str(exc)
-        return DockerFacts(version, "", swarm, image, image_error)
+        return DockerFacts(version, "", swarm, image, image_error, info.get("Driver"))
     except Exception as exc:  # noqa: BLE001 - answered ping, then failed
         return DockerFacts(None, f"the daemon answered ping, then: {exc}", None, None)
     finally:
