@@ -261,7 +261,9 @@ def publish(
     topic: Annotated[str | None, typer.Option(help="Topic (default: the node's first topic).")] = None,
     size: Annotated[int, typer.Option(min=0, max=16 << 20, help="Payload bytes.")] = 256,
     count: Annotated[int, typer.Option(min=1, help="How many messages.")] = 1,
-    interval: Annotated[float, typer.Option(min=0.0, help="Seconds between messages.")] = 0.0,
+    interval: Annotated[float, typer.Option(min=0.0, help=(
+        "Seconds between messages, on the experiment's clock (k times longer on the wall clock when the "
+        "testbed's experiment has time_dilation: k)."))] = 0.0,
     as_json: JsonOption = False,
 ) -> None:
     """Publish messages through one node of a running testbed (logged to events.jsonl)."""
@@ -294,7 +296,7 @@ def publish(
             raise InputError(f"{node} did not publish ({'; '.join(ctl.warnings)})")
         mids.append(mid)
         if interval and i + 1 < count:
-            time.sleep(interval)
+            time.sleep(ctl.writer.clock.wall_s(interval))
     ctl.writer.close()
     if as_json:
         _echo_json({"node": node, "topic": topic, "message_ids": mids})

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,34 @@ def test_a_dilated_run_goes_k_times_slower_and_reads_at_the_written_speed(tmp_pa
     at_up = manifest["event_loop_lag_at_up"]["per_node"]  # the start-up's lag, apart from the run's
     assert set(at_up) == {f"n{i}" for i in range(4)} and all(v["samples"] >= 1 for v in at_up.values())
     assert "time dilation" in (out / "report.html").read_text()
+
+
+def test_a_dilated_testbed_keeps_its_clock_from_one_command_to_the_next(tmp_path):
+    """`up`, `publish` and `down` as three commands: the later two rebuild the
+    clock from the testbed's record, so their events are on the experiment's
+    clock (k times closer than on the wall) and `--interval` is experiment
+    seconds. Without the record's clock the publishes would be logged 2 s
+    apart (the wall), without the interval's 80 ms."""
+    path = tmp_path / "dilated.yaml"
+    path.write_text(RUN)
+    out = tmp_path / "run"
+    env = {**os.environ, "TESTBED_STATE_DIR": str(tmp_path / "state")}
+    up = cli("up", str(path), "--backend", "process", "--name", "dil", "--out", str(out), env=env)
+    assert up.returncode == 0, up.stderr[-3000:]
+    try:
+        started = time.monotonic()
+        published = cli("publish", "dil", "--node", "n0", "--count", "3", "--interval", "0.4", "--json", env=env)
+        assert published.returncode == 0, published.stderr[-3000:]
+        assert len(json.loads(published.stdout)["message_ids"]) == 3
+    finally:
+        down = cli("down", "dil", env=env)
+    wall_s = time.monotonic() - started
+    assert down.returncode == 0, down.stderr[-3000:]
+    assert wall_s >= 5 * 0.8  # the two intervals, on the wall
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    at = {e["kind"]: e["t_ns"] for e in events}
+    publishes = [e["t_ns"] for e in events if e["kind"] == "publish"]
+    gaps_ms = [(b - a) / 1e6 for a, b in zip(publishes, publishes[1:])]
+    assert len(gaps_ms) == 2 and all(370 <= g <= 470 for g in gaps_ms), gaps_ms
+    assert (at["run_end"] - at["all_up"]) / 1e9 <= (wall_s + 5) / 5  # 5 s of the wall for the end of `up`
+    assert json.loads((out / "manifest.json").read_text())["time_dilation"] == 5.0
