@@ -412,20 +412,17 @@ def test_image_runs_the_adapter_and_answers_status(tmp_path):
                                       "message_id": "first-8-bytes"})
     (node_dir / "config.json").chmod(0o644)
     (node_dir / "params.json").chmod(0o644)
-    containers = []
     try:
         # With the testbed's --config: our control endpoint.
         testbed = client.containers.run(
             tag, ["--params", "/node/params.json", "--config", "/node/config.json"], detach=True,
             hostname="node7", name=f"pyadapt-test-{os.getpid()}", labels={"gossip-testbed.test": "pyadapt"},
             volumes={str(node_dir): {"bind": "/node", "mode": "ro"}})
-        containers.append(testbed)
         # Bare contract: the node id comes from the hostname.
         bare = client.containers.run(
             tag, ["--params", "/node/params.json"], detach=True, hostname="node5",
             name=f"pyadapt-test-bare-{os.getpid()}", labels={"gossip-testbed.test": "pyadapt"},
             volumes={str(node_dir): {"bind": "/node", "mode": "ro"}})
-        containers.append(bare)
         testbed.reload()
         ctl = ControlClient(testbed.attrs["NetworkSettings"]["IPAddress"], 9100, TOKEN, timeout=20)
         wait_for(lambda: ctl.try_call("status") is not None, START_S, "the container's control endpoint")
@@ -445,7 +442,7 @@ def test_image_runs_the_adapter_and_answers_status(tmp_path):
         wait_for(lambda: b"node99" in bare.logs(stdout=False, stderr=True), START_S, "the failed connect's report")
         bare.reload()
         assert bare.status == "running"
-    finally:
-        for c in containers:
+    finally:  # by label: a container whose start failed was created all the same
+        for c in client.containers.list(all=True, filters={"label": "gossip-testbed.test=pyadapt"}):
             c.remove(force=True)
         client.close()

@@ -276,15 +276,12 @@ def test_rust_adapter_image_runs(tmp_path):
     (node_dir / "params.json").write_text(json.dumps({"script": [{"type": "subscribeToTopic", "topicID": TOPIC}]}))
     labels = {"gossip-testbed": "1", "gossip-testbed.test": "rust"}
     name = f"gtb-test-rust-{tmp_path.name[-20:]}"
-    containers = []
     try:
         with_config = client.containers.run(tag, detach=True, name=name, labels=labels,
                                             volumes={str(node_dir): {"bind": "/node", "mode": "ro"}})
-        containers.append(with_config)
         bare = client.containers.run(tag, command=["--params", "/node/params.json"], detach=True, hostname="node7",
                                      name=name + "-bare", labels=labels,
                                      volumes={str(node_dir): {"bind": "/node", "mode": "ro"}})
-        containers.append(bare)
 
         def ip() -> str:
             with_config.reload()
@@ -303,8 +300,8 @@ def test_rust_adapter_image_runs(tmp_path):
         first = bare_lines()[0]
         assert first["msg"] == "PeerID" and first["node_id"] == 7
         assert first["id"] == identity_for_index(7).peer_id_b58
-    finally:
-        for container in containers:
+    finally:  # by name: a container whose start failed was created all the same
+        for container in client.containers.list(all=True, filters={"name": name}):
             try:
                 container.remove(force=True)
             except docker.errors.APIError:
