@@ -1,13 +1,19 @@
-"""A backend the orchestrator has never heard of, registered from a test
-through TESTBED_BACKENDS: it runs routers as local processes (the process
-backend's machinery), declares that it cannot pause or partition nodes, and
-notes every control client the controller asks it for, so a test can see
-the controller reached the nodes only through the contract."""
+"""Backends the orchestrator has never heard of, registered from a test
+through TESTBED_BACKENDS, each running routers as local processes (the
+process backend's machinery). FakeBackend declares that it cannot pause or
+partition nodes, and notes every control client the controller asks it for,
+so a test can see the controller reached the nodes only through the
+contract; the others stand in for an engine in one respect each."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Mapping
+
+from node.config import LinkShape, NodeConfig
 from node.runtime.client import ControlClient
-from orchestrator.backend import Capabilities
+from orchestrator.backend import Capabilities, ShapingCapabilities
 from orchestrator.process_backend import ProcessBackend
 
 
@@ -39,3 +45,32 @@ class StuckStopBackend(ProcessBackend):
         marker.write_text("")
         raise TeardownIncomplete([f"{len(nodes)} container(s): the daemon is stuck; restart it, then "
                                   "`testbed down --all`"], [])
+
+
+class NetemBackend(ProcessBackend):
+    """Claims a kernel with netem, as a real host's docker backend does, and
+    writes down what the controller asks the kernel to apply (one JSON line
+    per node in run_dir/kernel-shaping.jsonl) instead of applying it, and
+    what each router is told to shape itself (run_dir/user-shaping.jsonl):
+    told the kernel delays, they send unshaped on loopback."""
+
+    name = "netem"
+
+    def shaping_capabilities(self) -> ShapingCapabilities:
+        return ShapingCapabilities(kernel_delay=True, kernel_rate=True, path="netem",
+                                   detail="a test's stand-in: records the kernel's shapes, applies none")
+
+    def apply_kernel_shaping(self, node: str, per_peer: Mapping[str, LinkShape], uplink_bps: int | None) -> list[str]:
+        self._log("kernel-shaping.jsonl", {"node": node, "uplink_bps": uplink_bps,
+                                           "per_peer": {p: dataclasses.asdict(s) for p, s in per_peer.items()}})
+        return []
+
+    def start(self, config: NodeConfig) -> None:
+        self._log("user-shaping.jsonl", {"node": config.name, "uplink_bps": config.uplink_bps,
+                                         "per_peer": {p: dataclasses.asdict(s) for p, s in config.shaping.items()},
+                                         "default": dataclasses.asdict(config.default_shape)})
+        super().start(config)
+
+    def _log(self, file: str, row: dict) -> None:
+        with open(self.run_dir / file, "a") as log:
+            log.write(json.dumps(row) + "\n")

@@ -9,6 +9,7 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from orchestrator.wallclock import on_wall_clock
 from tests.spark_fixtures import requires_java
 from tests.test_exit_codes import cli
 
+ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT = """\
 name: dilated
 seed: 5
@@ -88,6 +90,34 @@ def test_the_wall_clock_slows_times_links_and_rates_and_nothing_else():
     assert [(n.name, n.seed, n.params) for n in wall.nodes] == [(n.name, n.seed, n.params) for n in resolved.nodes]
     undilated = parse_experiment(EXPERIMENT.replace("time_dilation: 4\n", ""), "plain.yaml").resolve()
     assert on_wall_clock(undilated) is undilated
+
+
+def test_a_kernel_with_netem_is_given_the_slowed_links(tmp_path):
+    """What `testbed up` asks a netem kernel to apply (a stand-in backend
+    that records it): every neighbour's delay and jitter k times the written,
+    the same loss, the uplink's rate 1/k; the routers shape nothing."""
+    path = tmp_path / "dilated.yaml"
+    path.write_text(EXPERIMENT)
+    out = tmp_path / "run"
+    env = {**os.environ, "TESTBED_STATE_DIR": str(tmp_path / "state"),
+           "TESTBED_BACKENDS": "netem=tests.fake_backend:NetemBackend", "PYTHONPATH": str(ROOT)}
+    up = cli("up", str(path), "--backend", "netem", "--name", "dil", "--out", str(out), env=env)
+    down = cli("down", "dil", env=env)
+    assert up.returncode == 0 and down.returncode == 0, up.stderr[-3000:] + down.stderr[-3000:]
+    asked = {row["node"]: row for row in map(json.loads, (out / "kernel-shaping.jsonl").read_text().splitlines())}
+    written = parse_experiment(EXPERIMENT, "dilated.yaml").resolve()
+    assert set(asked) == {n.name for n in written.nodes}
+    for name, peers in written.neighbours().items():
+        assert asked[name]["uplink_bps"] == (2_000_000 if name.startswith("a-") else None)
+        assert sorted(asked[name]["per_peer"]) == peers
+        for peer, shape in asked[name]["per_peer"].items():
+            link = written.link(name, peer)
+            assert (shape["delay_ms"], shape["jitter_ms"], shape["loss"]) == pytest.approx(
+                (link.latency_ms * 4, link.jitter_ms * 4, link.loss))
+    told = [json.loads(line) for line in (out / "user-shaping.jsonl").read_text().splitlines()]
+    assert len(told) == len(asked) and not any(row["uplink_bps"] for row in told)
+    own = [shape for row in told for shape in [*row["per_peer"].values(), row["default"]]]
+    assert not any(v for shape in own for v in shape.values()), own
 
 
 def test_the_resolved_file_keeps_the_dilation():
@@ -167,7 +197,8 @@ def test_a_dilated_run_goes_k_times_slower_and_reads_at_the_written_speed(tmp_pa
     assert statistics.median(samples) <= heartbeats_if_dilated + 1, (samples, manifest["wall_time_s"])
     at_up = manifest["event_loop_lag_at_up"]["per_node"]  # the start-up's lag, apart from the run's
     assert set(at_up) == {f"n{i}" for i in range(4)} and all(v["samples"] >= 1 for v in at_up.values())
-    assert "time dilation" in (out / "report.html").read_text()
+    report = (out / "report.html").read_text()
+    assert "time dilation" in report and "burst load" in report
 
 
 def test_a_dilated_testbed_keeps_its_clock_from_one_command_to_the_next(tmp_path):
