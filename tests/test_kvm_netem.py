@@ -71,7 +71,8 @@ def test_each_link_gets_its_own_shape(measured, name):
 
 @in_guest
 def test_the_uplink_caps_every_class_together(measured):
-    assert abs(measured.uplink_bps / netem.UPLINK_BPS - 1) <= RATE_TOLERANCE, measured.uplink_bps
+    assert abs(measured.uplink_bps / netem.UPLINK_BPS - 1) <= RATE_TOLERANCE, (
+        f"{measured.uplink_bps:.0f} bit/s\n{measured.uplink_evidence()}")
 
 
 def test_parsing_a_report_reads_every_figure():

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.config import LinkShape
@@ -108,6 +108,13 @@ class Result:
     uplink_bps: float  # what a sent to b, c, d and e together, each offered more than it may take
     boot_to_poweroff_s: float
     console: str
+    uplink_streams: dict[str, str] = field(default_factory=dict)  # dest -> its iperf3 client's output
+
+    def uplink_evidence(self) -> str:
+        """What a failed uplink figure is read against: each stream's iperf3
+        report and a's qdisc and class counters."""
+        streams = "\n".join(f"-- a -> {dest}:\n{text}" for dest, text in sorted(self.uplink_streams.items()))
+        return f"{streams}\n-- a's tc -s:\n{self.stats.get('a', '')}"
 
 
 def links() -> tuple[Link, ...]:
@@ -211,11 +218,12 @@ def guest_script(modules: tuple[str, ...]) -> str:
     lines.append(f"{meter} {counters} > /tmp/rate-uplink &")
     lines += [
         f"{ip} netns exec a iperf3 -u -c {link.ip} -b {int(link.rate_bps * OFFERED)}"
-        f" -l {UDP_PAYLOAD} -t {STREAM_S} > /dev/null 2>&1 &"
+        f" -l {UDP_PAYLOAD} -t {STREAM_S} > /tmp/iperf-uplink-{link.dest} 2>&1 &"
         for link in uplink
     ]
     lines.append("wait")
     lines.append("section rate uplink /tmp/rate-uplink")
+    lines += [f"section iperf uplink-{link.dest} /tmp/iperf-uplink-{link.dest}" for link in uplink]
     for link in links():
         lines += [f"median /tmp/ping-{link.name} > /tmp/median-{link.name}",
                   f"grep -v 'time=' /tmp/ping-{link.name} >> /tmp/median-{link.name}",
@@ -374,7 +382,9 @@ def parse(console: str, elapsed: float) -> Result:
     programs = {sender: tuple(shlex.join(argv) for argv in program) for sender, program in tc_programs().items()}
     stats = {sender: sections.get(("stats", sender), "") for sender in programs}
     uplink = _rate(sections[("rate", "uplink")])
-    return Result(tuple(rows), programs, refused(console), stats, uplink, elapsed, console)
+    streams = {link.dest: sections.get(("iperf", f"uplink-{link.dest}"), "(no output)")
+               for link in links() if link.sender == "a" and link.rate_bps is not None}
+    return Result(tuple(rows), programs, refused(console), stats, uplink, elapsed, console, streams)
 
 
 def main() -> int:
