@@ -18,6 +18,18 @@ run of any size:
   cores idle a third of the time: a queue's waiting time grows as
   1 / (1 - utilisation), so beyond about 70 % busy the waits (the lag) grow
   faster than the work.
+- burst: the budget is an average, and messages are not. One message costs
+  the routers together its deliveries (every subscriber's: the run's
+  deliveries over its messages) x per-delivery CPU, and they must spend it
+  while it spreads (its latency p50, times the dilation on the wall clock).
+  Over the cores' share of that time, the later hops wait for a core and
+  the latency measured is the host's, not the network's. So the burst load
+  is that CPU over cores x FAITHFUL_SHARE x the spread, and the time
+  dilation at which a message's burst fits is the run's dilation times it.
+  Where the burst load is above 1 the latency was inflated, the spread with
+  it, so that dilation is a lower bound (at 250 routers on two cores: 3.8 at
+  full speed, 1.0 at dilation 8, where a few nodes still lagged, 0.6 at 12,
+  where none did).
 
 Everything is None where the run does not say (no router-cpu.json: a
 simulated run, or a run from before it existed).
@@ -83,9 +95,12 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def fidelity(run_dir: Path, manifest: dict[str, Any], deliveries: dict[str, int]) -> dict[str, Any] | None:
-    """The fidelity section's figures: per node and the budget. `deliveries`
-    are each node's delivered messages (the analysis' nodes table)."""
+def fidelity(run_dir: Path, manifest: dict[str, Any], deliveries: dict[str, int],
+             latency_p50_ms: float | None = None, messages: int | None = None) -> dict[str, Any] | None:
+    """The fidelity section's figures: per node, the budget and the burst.
+    `deliveries` are each node's delivered messages (the analysis' nodes
+    table), `latency_p50_ms` and `messages` the run's (summary.json;
+    without `messages` every router is taken to receive every message)."""
     doc, at = _samples(run_dir)
     if not at:
         return None
@@ -125,6 +140,14 @@ def fidelity(run_dir: Path, manifest: dict[str, Any], deliveries: dict[str, int]
             return None
         return math.floor(cores * FAITHFUL_SHARE * 1e3 / ms_per_s)
 
+    dilation = float(manifest.get("time_dilation") or 1.0)
+    per_message = sum(deliveries.values()) / messages if messages else len(rows)
+    burst_ms = per_message * delivery_med if delivery_med is not None else None
+    spread_ms = latency_p50_ms * dilation if latency_p50_ms else None
+    burst_load = None
+    if burst_ms is not None and cores and spread_ms:
+        burst_load = burst_ms / (cores * FAITHFUL_SHARE * spread_ms)
+
     return {
         "source": doc.get("source"),
         "host_cpus": cores,
@@ -137,6 +160,10 @@ def fidelity(run_dir: Path, manifest: dict[str, Any], deliveries: dict[str, int]
         "routers": len(rows),
         "budget_at_rest": budget(rest_med),
         "budget_at_rate": budget(at_rate),
+        "burst_cpu_ms": burst_ms,
+        "burst_spread_ms": spread_ms,
+        "burst_load": burst_load,
+        "dilation_for_burst": dilation * burst_load if burst_load is not None else None,
         "faithful_share": FAITHFUL_SHARE,
         "per_node": [asdict(r) for r in rows],
     }

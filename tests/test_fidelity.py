@@ -43,6 +43,29 @@ def test_rest_and_per_delivery_are_separated_and_give_the_budget(tmp_path):
     assert f["budget_at_rest"] == int(2 * FAITHFUL_SHARE * 1000 / 5.0)
 
 
+@pytest.mark.parametrize("dilation", [1.0, 4.0])
+def test_the_burst_is_one_message_over_what_the_cores_give_while_it_spreads(tmp_path, dilation):
+    """10 routers at 20 ms a delivery: a message costs them 200 ms of CPU.
+    Spread over a p50 of 50 ms (x the dilation on the wall) two cores at
+    FAITHFUL_SHARE give 70 ms x the dilation: the load is 200 / that, and the
+    dilation at which it fits is the same whatever the run's own was."""
+    nodes = [f"n{i}" for i in range(10)]
+    write(tmp_path, [("up", 0, {n: 0.0 for n in nodes}), ("workload", 10, {n: 0.0 for n in nodes}),
+                     ("down", 30, {n: 2.0 for n in nodes})])  # 100 deliveries each, 20 ms a delivery
+    manifest = {"time_dilation": dilation} if dilation != 1.0 else {}
+    f = fidelity(tmp_path, manifest, {n: 100 for n in nodes}, latency_p50_ms=50.0)
+    assert f["ms_per_delivery"] == pytest.approx(20.0) and f["burst_cpu_ms"] == pytest.approx(200.0)
+    assert f["burst_spread_ms"] == pytest.approx(50.0 * dilation)
+    assert f["burst_load"] == pytest.approx(200.0 / (2 * FAITHFUL_SHARE * 50.0 * dilation))
+    assert f["dilation_for_burst"] == pytest.approx(200.0 / (2 * FAITHFUL_SHARE * 50.0))
+    unknown = fidelity(tmp_path, manifest, {n: 100 for n in nodes})  # no latency: no burst figures
+    assert unknown["burst_cpu_ms"] == pytest.approx(200.0)
+    assert unknown["burst_load"] is None and unknown["dilation_for_burst"] is None
+    # two topics, each message to half the routers: 1,000 deliveries of 200 messages
+    half = fidelity(tmp_path, manifest, {n: 100 for n in nodes}, latency_p50_ms=50.0, messages=200)
+    assert half["burst_cpu_ms"] == pytest.approx(100.0)
+
+
 def test_a_router_restarted_in_a_window_is_left_out_of_it(tmp_path):
     write(tmp_path, [("up", 0, {"a": 1.0, "b": 1.0}), ("workload", 10, {"a": 1.1, "b": 0.2}),
                      ("down", 20, {"a": 1.2, "b": 0.4})])
