@@ -420,7 +420,9 @@ def main() -> None:
     theirs = [] if skipped else [progress("py-libp2p", bench_pylibp2p(k, *work)) for k in args.routers]
     for ours, other in zip(results, theirs):
         ours["pylibp2p_over_ours"] = ratio(ours, other)
-    rust_skipped = rust_missing() if args.rust_libp2p else "not asked (--rust-libp2p)"
+    rust_skipped = ("not asked (--rust-libp2p)" if not args.rust_libp2p else
+                    "--latency: rust-libp2p's links cannot be shaped on the process backend" if args.latency else
+                    rust_missing())
     rust = [] if rust_skipped else [progress(RUST, bench(k, *work, args.latency, RUST)) for k in args.routers]
     for ours, other in zip(results, rust):
         ours["rust_libp2p_over_ours"] = ratio(ours, other)
