@@ -21,15 +21,20 @@ run of any size:
 - burst: the budget is an average, and messages are not. One message costs
   the routers together its deliveries (every subscriber's: the run's
   deliveries over its messages) x per-delivery CPU, and they must spend it
-  while it spreads (its latency p50, times the dilation on the wall clock).
-  Over the cores' share of that time, the later hops wait for a core and
-  the latency measured is the host's, not the network's. So the burst load
-  is that CPU over cores x FAITHFUL_SHARE x the spread, and the time
-  dilation at which a message's burst fits is the run's dilation times it.
-  Where the burst load is above 1 the latency was inflated, the spread with
-  it, so that dilation is a lower bound (at 250 routers on two cores: 3.8 at
-  full speed, 1.0 at dilation 8, where a few nodes still lagged, 0.6 at 12,
-  where none did).
+  while it spreads. At the network's own speed it spreads in about its
+  shortest paths' time: the run's latency p50 over its stretch p50 (latency
+  over the shortest overlay path, per delivery), which overload does not
+  inflate, times the dilation on the wall clock. The burst load is that CPU
+  over cores x FAITHFUL_SHARE x that time: above 1 the later hops wait for a
+  core and the host, not the network, sets the latency. The time dilation
+  at which one message's burst fits is the run's dilation times the load.
+  Measured at full speed it comes out low: spread-out frames cost a router
+  more wake-ups, so the CPU per delivery grows with the dilation. Measured
+  at 250 routers on two cores (scale-250.yaml): 2.5 ms per delivery and a
+  load of 7.8 at full speed (lag p99 415 ms at the median node), 4.0 ms and
+  0.97 at dilation 12 (one node of 250 over the 20 ms lag warning).
+  Without the stretch, the run's latency p50 stands in for the spread: under
+  overload that time is inflated and the dilation is a lower bound.
 
 Everything is None where the run does not say (no router-cpu.json: a
 simulated run, or a run from before it existed).
@@ -96,11 +101,13 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def fidelity(run_dir: Path, manifest: dict[str, Any], deliveries: dict[str, int],
-             latency_p50_ms: float | None = None, messages: int | None = None) -> dict[str, Any] | None:
+             latency_p50_ms: float | None = None, messages: int | None = None,
+             stretch_p50: float | None = None) -> dict[str, Any] | None:
     """The fidelity section's figures: per node, the budget and the burst.
     `deliveries` are each node's delivered messages (the analysis' nodes
-    table), `latency_p50_ms` and `messages` the run's (summary.json;
-    without `messages` every router is taken to receive every message)."""
+    table), `latency_p50_ms`, `messages` and `stretch_p50` the run's
+    (summary.json; without `messages` every router is taken to receive
+    every message)."""
     doc, at = _samples(run_dir)
     if not at:
         return None
@@ -143,7 +150,10 @@ def fidelity(run_dir: Path, manifest: dict[str, Any], deliveries: dict[str, int]
     dilation = float(manifest.get("time_dilation") or 1.0)
     per_message = sum(deliveries.values()) / messages if messages else len(rows)
     burst_ms = per_message * delivery_med if delivery_med is not None else None
-    spread_ms = latency_p50_ms * dilation if latency_p50_ms else None
+    at_network_speed = bool(latency_p50_ms and stretch_p50 and stretch_p50 >= 1.0)
+    spread_ms = None
+    if latency_p50_ms:
+        spread_ms = (latency_p50_ms / stretch_p50 if at_network_speed else latency_p50_ms) * dilation
     burst_load = None
     if burst_ms is not None and cores and spread_ms:
         burst_load = burst_ms / (cores * FAITHFUL_SHARE * spread_ms)
@@ -162,6 +172,7 @@ def fidelity(run_dir: Path, manifest: dict[str, Any], deliveries: dict[str, int]
         "budget_at_rate": budget(at_rate),
         "burst_cpu_ms": burst_ms,
         "burst_spread_ms": spread_ms,
+        "burst_spread_from": "latency p50 / stretch p50" if at_network_speed else "latency p50" if spread_ms else None,
         "burst_load": burst_load,
         "dilation_for_burst": dilation * burst_load if burst_load is not None else None,
         "faithful_share": FAITHFUL_SHARE,

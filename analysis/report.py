@@ -472,13 +472,14 @@ FIDELITY_COLUMNS = [("node", "node"), ("CPU (s)", "cpu_s"), ("at rest (ms/s)", "
 
 
 def _fidelity(d: dict[str, Any]) -> str:
-    """Per node: the CPU its router used and its event-loop lag; and the
-    budget (analysis/fidelity.py)."""
+    """Per node: the CPU its router used and its event-loop lag; the budget
+    and the burst load (analysis/fidelity.py)."""
     run: RunDir = d["run"]
     nodes = d["nodes"]
     delivered = ({str(r.node): int(r.delivered) for r in nodes.itertuples()}
                  if len(nodes) and "delivered" in nodes.columns else {})
-    f = fidelity(run.path, run.manifest, delivered, d["summary"].get("latency_p50_ms"), d["summary"].get("messages"))
+    s = d["summary"]
+    f = fidelity(run.path, run.manifest, delivered, s.get("latency_p50_ms"), s.get("messages"), s.get("stretch_p50"))
     if f is None:
         return '<p class="muted">No per-router CPU figures in this run (router-cpu.json: real backends only).</p>'
     share = f"{f['faithful_share'] * 100:.0f}%"
@@ -495,11 +496,12 @@ def _fidelity(d: dict[str, Any]) -> str:
         (f"routers this host runs faithfully at rest (cores at {share})", f["budget_at_rest"]),
         ("routers in this run", f["routers"]),
         ("CPU one message costs the routers together (ms: its deliveries x per delivery)", f["burst_cpu_ms"]),
-        ("time it has to spread in (ms on the wall: latency p50 x time dilation)", f["burst_spread_ms"]),
+        (f"time it has to spread in (ms on the wall: ({f['burst_spread_from'] or 'latency p50'}) x time dilation)",
+         f["burst_spread_ms"]),
         (f"burst load: that CPU over the cores at {share} in that time (above 1: the latency is the host's)",
          f["burst_load"]),
-        ("time dilation at which one message's burst fits (a lower bound where the load is above 1)",
-         f["dilation_for_burst"]),
+        ("time dilation at which one message's burst fits (low when measured at full speed: the CPU per delivery "
+         "grows with the dilation)", f["dilation_for_burst"]),
         *([("event-loop lag while the routers started, p99 median / worst (ms; not in the table below)",
             f"{fmt(at_up.get('p99_median_ms'))} / {fmt(at_up.get('p99_max_ms'))}")]
           if (at_up := run.manifest.get("event_loop_lag_at_up") or {}).get("per_node") else []),

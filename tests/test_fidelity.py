@@ -46,23 +46,29 @@ def test_rest_and_per_delivery_are_separated_and_give_the_budget(tmp_path):
 @pytest.mark.parametrize("dilation", [1.0, 4.0])
 def test_the_burst_is_one_message_over_what_the_cores_give_while_it_spreads(tmp_path, dilation):
     """10 routers at 20 ms a delivery: a message costs them 200 ms of CPU.
-    Spread over a p50 of 50 ms (x the dilation on the wall) two cores at
-    FAITHFUL_SHARE give 70 ms x the dilation: the load is 200 / that, and the
-    dilation at which it fits is the same whatever the run's own was."""
+    It spreads at the network's speed in latency p50 / stretch p50 = 50 ms
+    (x the dilation on the wall), where two cores at FAITHFUL_SHARE give 70 ms
+    x the dilation: the load is 200 / that, and the dilation at which it fits
+    is the same whatever the run's own was."""
     nodes = [f"n{i}" for i in range(10)]
     write(tmp_path, [("up", 0, {n: 0.0 for n in nodes}), ("workload", 10, {n: 0.0 for n in nodes}),
                      ("down", 30, {n: 2.0 for n in nodes})])  # 100 deliveries each, 20 ms a delivery
     manifest = {"time_dilation": dilation} if dilation != 1.0 else {}
-    f = fidelity(tmp_path, manifest, {n: 100 for n in nodes}, latency_p50_ms=50.0)
+    delivered = {n: 100 for n in nodes}
+    f = fidelity(tmp_path, manifest, delivered, latency_p50_ms=150.0, stretch_p50=3.0)
     assert f["ms_per_delivery"] == pytest.approx(20.0) and f["burst_cpu_ms"] == pytest.approx(200.0)
     assert f["burst_spread_ms"] == pytest.approx(50.0 * dilation)
+    assert f["burst_spread_from"] == "latency p50 / stretch p50"
     assert f["burst_load"] == pytest.approx(200.0 / (2 * FAITHFUL_SHARE * 50.0 * dilation))
     assert f["dilation_for_burst"] == pytest.approx(200.0 / (2 * FAITHFUL_SHARE * 50.0))
-    unknown = fidelity(tmp_path, manifest, {n: 100 for n in nodes})  # no latency: no burst figures
+    # without the stretch the latency itself stands in (inflated under overload: a lower bound)
+    bare = fidelity(tmp_path, manifest, delivered, latency_p50_ms=150.0)
+    assert bare["burst_spread_ms"] == pytest.approx(150.0 * dilation) and bare["burst_spread_from"] == "latency p50"
+    unknown = fidelity(tmp_path, manifest, delivered)  # no latency: no burst figures but its CPU
     assert unknown["burst_cpu_ms"] == pytest.approx(200.0)
     assert unknown["burst_load"] is None and unknown["dilation_for_burst"] is None
     # two topics, each message to half the routers: 1,000 deliveries of 200 messages
-    half = fidelity(tmp_path, manifest, {n: 100 for n in nodes}, latency_p50_ms=50.0, messages=200)
+    half = fidelity(tmp_path, manifest, delivered, latency_p50_ms=150.0, messages=200, stretch_p50=3.0)
     assert half["burst_cpu_ms"] == pytest.approx(100.0)
 
 
