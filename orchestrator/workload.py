@@ -162,7 +162,8 @@ DRAIN_POLL_S = 0.3
 
 def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter,
           clock: DilatedClock = DilatedClock()) -> dict[str, dict[str, Any] | None]:
-    """Before the nodes stop: each LEAVEs and empties its queues, then the
+    """Before the nodes stop: every router's lag window ends (node/runtime/lag.py:
+    what follows is teardown), then each LEAVEs and empties its queues, then the
     RPCs on their way arrive (until two polls see the same counters, at
     most DRAIN_S), so a run's traces show every RPC sent as received. Bare
     images have no control endpoint: their scripts end on their own.
@@ -171,6 +172,7 @@ def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter,
     250 nodes cost one round of calls less); None for a node that did not
     answer (its router stopped or hung on its own). A time-dilated run
     (`clock`) polls and waits as many times longer as its links are."""
+    ask_each(nodes, backend, "status", 5.0, end_lag=True)  # the run is over; leaving all at once is not
     answers = ask_each(nodes, backend, "drain", 5.0)
     linger_until_quiet(nodes, backend, time.time_ns() + round(clock.wall_s(DRAIN_S) * 1e9), reporter,
                        poll_s=clock.wall_s(DRAIN_POLL_S), title="draining: RPCs in flight arrive",

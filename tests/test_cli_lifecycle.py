@@ -110,6 +110,9 @@ def test_up_status_publish_churn_down(env, tmp_path):
         assert kind in kinds, kind
     assert sorted(p.stem for p in (run / "traces").glob("*.pb")) == ["n0", "n1", "n2", "n3"]
     assert json.loads((run / "manifest.json").read_text())["status"] == "finished"
+    # every router's lag window closed when `down` began, before any of them left (node/runtime/lag.py)
+    lags = [json.loads((run / "node-logs" / f"n{i}.lag.json").read_text()) for i in range(4)]
+    assert all(lag["ended"] for lag in lags), lags
 
 
 @pytest.mark.slow

@@ -85,6 +85,36 @@ def test_sigterm_is_a_graceful_exit(tmp_path):
     assert lag["node"] == "solo" and lag["samples"] > 0
 
 
+def test_a_stall_after_the_lag_window_ends_is_not_in_the_lag(tmp_path):
+    """The router frozen for 1.5 s (SIGSTOP) while its window is open: the
+    heartbeat due then is that late in its lag. In a new window, closed by
+    `end_lag` before the same stall, it is not, neither in `status` nor in
+    the lag file written at exit."""
+
+    def stall() -> None:
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(1.5)  # the late heartbeat, and the next one
+
+    proc, cfg, client = start(tmp_path)
+    try:
+        stall()
+        assert client.call("status")["lag"]["max_ms"] >= 400
+        client.call("status", reset_lag=True)
+        time.sleep(1.2)  # a heartbeat in the new window
+        closed = client.call("status", end_lag=True)["lag"]
+        assert closed["samples"] >= 1 and closed["max_ms"] < 400 and not closed["ended"]
+        stall()
+        after = client.call("status")["lag"]
+        assert after["ended"] and after["samples"] == closed["samples"] and after["max_ms"] == closed["max_ms"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    written = json.loads(Path(cfg.trace_path + ".lag.json").read_text())
+    assert written["ended"] and written["samples"] == closed["samples"] and written["max_ms"] < 400
+
+
 def test_shutdown_command_exits_zero(tmp_path):
     proc, cfg, client = start(tmp_path)
     assert client.call("shutdown")["ok"]

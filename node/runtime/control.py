@@ -5,8 +5,9 @@ Every request carries the testbed's token, compared in constant time; a
 request without it is answered `{"ok": false, "error": "unauthorized"}` and
 does nothing. Commands:
 
-    status       [reset_lag]            name, peers, mesh/fanout, counters, lag
-                                         (reset_lag: start a new lag window after answering)
+    status       [reset_lag | end_lag]  name, peers, mesh/fanout, counters, lag
+                                         (after answering, reset_lag: start a new lag window;
+                                         end_lag: close it, the run is over)
     subscribe / unsubscribe  topic
     publish      topic, data | data_b64 | size [, seq]     -> message_id (hex)
     inject       seqno, topic, data | data_b64 | size [, seq]
@@ -102,6 +103,8 @@ async def handle(node: Node, req: Any) -> dict[str, Any]:
             status = node.status()
             if req.get("reset_lag"):
                 node.lag.reset()
+            if req.get("end_lag"):
+                node.lag.end()
             return {"ok": True, **status}
         if cmd == "subscribe":
             node.subscribe(_str(req, "topic"))
