@@ -8,9 +8,10 @@ heartbeat (one a second with gossipsub's defaults), kept in a bounded ring;
 `summary()` gives p50/p99/max in milliseconds. The controller opens the
 window the run measures when every node is up (`reset`) and closes it when
 the run ends (`end`), before any node leaves: what comes after is the
-testbed's teardown. At the end of a run every router leaves at once; at 250
-routers on two cores a heartbeat caught in that burst was late by about
-275 ms of wall clock, the run's worst sample (issue 13's dilated runs).
+testbed's teardown, where every router leaves at once: at 250 routers on two
+cores the worst sample of two otherwise quiet dilated runs was 275 ms of wall
+clock in both, one heartbeat caught in that burst (docs/wire.md, issue 13's
+ninth pass).
 """
 
 from __future__ import annotations
