@@ -172,7 +172,7 @@ def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter,
     250 nodes cost one round of calls less); None for a node that did not
     answer (its router stopped or hung on its own). A time-dilated run
     (`clock`) polls and waits as many times longer as its links are."""
-    ask_each(nodes, backend, "status", 5.0, end_lag=True)  # the run is over; leaving all at once is not
+    ask_each(nodes, backend, "status", 5.0, end_lag=True)  # the lag window ends: what follows is teardown
     answers = ask_each(nodes, backend, "drain", 5.0)
     linger_until_quiet(nodes, backend, time.time_ns() + round(clock.wall_s(DRAIN_S) * 1e9), reporter,
                        poll_s=clock.wall_s(DRAIN_POLL_S), title="draining: RPCs in flight arrive",

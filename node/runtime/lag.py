@@ -10,8 +10,8 @@ window the run measures when every node is up (`reset`) and closes it when
 the run ends (`end`), before any node leaves: what comes after is the
 testbed's teardown, where every router leaves at once: at 250 routers on two
 cores the worst sample of two otherwise quiet dilated runs was 275 ms of wall
-clock in both, one heartbeat caught in that burst (docs/wire.md, issue 13's
-ninth pass).
+clock in both, as one heartbeat caught in that burst would be (docs/wire.md,
+issue 13's ninth pass).
 """
 
 from __future__ import annotations
