@@ -408,7 +408,8 @@ def main() -> None:
                          "host without netem (py-libp2p cannot be shaped here, so it is skipped)")
     ap.add_argument("--no-pylibp2p", action="store_true", help="do not measure py-libp2p")
     ap.add_argument("--rust-libp2p", action="store_true",
-                    help="also measure rust-libp2p routers in the same harness (the native reference; not with --latency)")
+                    help="also measure rust-libp2p routers in the same harness "
+                         "(the native reference; not with --latency)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     code = str(Path(node.__file__).resolve().parent.parent)
