@@ -39,13 +39,13 @@ from orchestrator.backends import backend_class, make_backend
 from orchestrator.errors import InputError, TeardownIncomplete, TestbedError
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
-from orchestrator.foreign import is_bare, router_kind
+from orchestrator.foreign import router_kind
 from orchestrator.foreign_nodes import (
     before_start, convert_outputs, node_facts, planned_workload_t0, refuse_images, unshaped_warning, workload_bounds, write_pieces,
 )
 from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, check_capabilities, transition
 from orchestrator.manifest import build_manifest, lag_summary, read_lag_files
-from orchestrator.nodeconfigs import build_configs, recorded_configs, shape_in_kernel
+from orchestrator.nodeconfigs import build_configs, recorded_configs, shape_in_kernel, start_batches
 from orchestrator.nodestate import NodeState
 from orchestrator.peers import wire_facts
 from orchestrator.progress import Reporter
@@ -216,9 +216,9 @@ class Controller:
         self._set_status("starting", shaping=self.caps.__dict__, t0_ns=self.t0_ns, started_at=self.started_at)
         with self.reporter.phase(f"starting {len(names)} nodes", len(names)) as advance:
             # Bare images last, their scripts written for a workload start fixed just before (foreign_nodes.py).
-            bare = [n for n in names if is_bare(self.nodes[n].router)]
+            first, bare = start_batches(resolved)
             written = time.time_ns()
-            for batch in ([n for n in names if n not in bare], bare):
+            for batch in (first, bare):
                 if batch is bare and with_workload:
                     written = time.time_ns()
                     self.workload_t0_ns = planned_workload_t0(resolved, written)

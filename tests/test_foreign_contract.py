@@ -129,17 +129,18 @@ def test_go_names_and_back():
 def test_script_golden(tmp_path):
     resolved = load_experiment(write(tmp_path, MIXED)).resolve(3)
     dialled = dials(resolved)
-    # each edge once, dialled by its lower name
-    assert dialled["bare-0"] == ["bare-1", "ours-0"] and dialled["bare-1"] == ["ours-1"] and dialled["ours-0"] == ["ours-2"]
+    # each edge once, dialled by the side started later: ours in order, then the bare images
+    assert dialled == {"ours-0": [], "ours-1": [], "ours-2": ["ours-0"], "bare-0": ["ours-0"],
+                       "bare-1": ["bare-0", "ours-1"]}
     init = {"type": "initGossipSub", "gossipSubParams": {
         "D": 2, "Dlo": 1, "Dhi": 4, "Dlazy": 2, "HistoryLength": 5, "HistoryGossip": 3,
         "HeartbeatInitialDelay": 100_000_000, "HeartbeatInterval": 700_000_000, "FanoutTTL": 60_000_000_000}}
     # node indices: ours-0..2 = 0..2, bare-0 = 3, bare-1 = 4
     assert node_script(resolved, "bare-0", dialled) == [
-        init, {"type": "subscribeToTopic", "topicID": "t"}, {"type": "connect", "connectTo": [4, 0]}]
+        init, {"type": "subscribeToTopic", "topicID": "t"}, {"type": "connect", "connectTo": [0]}]
     # started 10.2 s before the workload: messages at 1.3, 1.7, 2.1 s wait 12, 12 and 13 s
     assert node_script(resolved, "bare-1", dialled, start_s=-10.2)[2:] == [
-        {"type": "connect", "connectTo": [1]},
+        {"type": "connect", "connectTo": [3, 1]},
         {"type": "waitUntil", "elapsedSeconds": 12},
         {"type": "publish", "messageID": 0, "messageSizeBytes": 32, "topicID": "t"},
         {"type": "publish", "messageID": 1, "messageSizeBytes": 32, "topicID": "t"},
