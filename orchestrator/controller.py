@@ -400,8 +400,9 @@ class Controller:
         self._check_traces()
         self.write_manifest(final=True, lags=lags)
         self.writer.close()
-        if incomplete is not None:
-            raise incomplete  # the record stays: a later `testbed down` retries
+        if incomplete is not None:  # the record stays, "finished": a later `down` only removes what is left
+            self._set_status("finished")
+            raise incomplete
         self.store.remove(self.testbed)
         return lines
 
@@ -413,8 +414,7 @@ class Controller:
             self._warn(f"router CPU at {at} not recorded: {exc}")
 
     def _check_traces(self) -> None:
-        missing = [n for n in self.nodes if not (self.run_dir / "traces" / f"{n}.pb").is_file()]
-        if missing:
+        if missing := [n for n in self.nodes if not (self.run_dir / "traces" / f"{n}.pb").is_file()]:
             self._warn(f"no trace for {len(missing)} node(s): {', '.join(missing[:10])}")
 
     def write_manifest(self, final: bool, lags: dict[str, dict[str, Any]] | None = None) -> None:

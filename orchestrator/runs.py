@@ -28,11 +28,16 @@ def _cleanup_with(name: str, testbed: str | None, store: StateStore) -> list[str
 
 def down_testbed(testbed: str, store: StateStore | None = None, reporter: Reporter | None = None) -> list[str]:
     """`testbed down NAME`: graceful when the record is sound, cleanup
-    whatever happened; idempotent."""
+    whatever happened; idempotent. A testbed whose graceful `down` finished
+    its run directory but left objects behind (status "finished") is only
+    cleaned up: a second drain of routers that are gone would rewrite its
+    manifest with their silence."""
     store = store or StateStore()
     record = store.load(testbed)
     lines: list[str] = []
-    if record is not None and not record.get("corrupt"):
+    if record is not None and record.get("status") == "finished":
+        lines.append(f"{testbed}: its run directory was finished by an earlier `down`; removing what is left")
+    elif record is not None and not record.get("corrupt"):
         try:
             ctl = Controller.attach(testbed, store, reporter)
             lines += ctl.down()
@@ -91,6 +96,8 @@ def run_experiment(
     except BaseException:
         try:
             ctl.down()
+        except TeardownIncomplete:
+            raise  # everything was tried; the record stays for a later `down`
         except Exception:  # noqa: BLE001 - the first error is the one to report
             down_testbed(ctl.testbed, ctl.store)
         raise

@@ -120,7 +120,8 @@ def test_a_stop_that_leaves_containers_behind_finishes_the_run_and_keeps_the_rec
     """A stop that cannot finish (Docker's daemon stuck on lost exits): `down`
     still writes the run's manifest with what is left, exits 1 with the one
     message that says what to do, keeps the testbed recorded, and a later
-    `down` (the daemon restarted) removes it."""
+    `down` (the daemon restarted) removes it without draining the routers
+    again: the finished run directory is left as the first `down` wrote it."""
     env = {**env, "TESTBED_BACKENDS": "stuck=tests.fake_backend:StuckStopBackend",
            "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     run = tmp_path / "run"
@@ -131,9 +132,12 @@ def test_a_stop_that_leaves_containers_behind_finishes_the_run_and_keeps_the_rec
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "finished" and any("the daemon is stuck" in w for w in manifest["warnings"])
     assert sorted(p.name for p in (run / "traces").iterdir()) == [f"n{i}.pb" for i in range(4)]
-    assert "stuck" in tb(env, "status", "--json").stdout
-    tb(env, "down", "stuck")
+    (listed,) = json.loads(tb(env, "status", "--json").stdout)
+    assert (listed["testbed"], listed["status"]) == ("stuck", "finished")
+    written = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert "was finished by an earlier `down`" in tb(env, "down", "stuck").stdout
     assert "stuck" not in tb(env, "status", "--json").stdout
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == written
 
 
 @pytest.mark.slow
