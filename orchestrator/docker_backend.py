@@ -130,7 +130,6 @@ class DockerBackend(NetnsMixin, Backend):
         self._client = docker_client()
         self.wiring: docker_wiring.Wiring | None = None
         self.ips: dict[str, str] = {}
-        self._hosts: dict[str, str] = {}  # every node's alias (nodeN) -> address, for /etc/hosts
         self._partitions: dict[str, set[str]] = {}
         self._caps: ShapingCapabilities | None = None
         self._tc_applied: set[str] = set()
@@ -185,8 +184,7 @@ class DockerBackend(NetnsMixin, Backend):
                                            self.testbed, tag_of(self.testbed, self.state_scope), self.labels())
         self.reporter.note(self.wiring.describe())
         self.prepare_host_network(len(nodes))
-        for index, node in enumerate(nodes):
-            self._hosts[f"node{index}"] = self._allocate(node)
+        nodedir.write_hosts(self.run_dir, {f"node{index}": self._allocate(node) for index, node in enumerate(nodes)})
         for sub in ("configs", "traces", "node-logs"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         return {node: self.address(node) for node in nodes}
@@ -266,11 +264,10 @@ class DockerBackend(NetnsMixin, Backend):
         res = self.resources.get(node, self.default_resources)
         image, entrypoint, command, log_size = self._launch(config)
         alias = f"node{config.index}"
-        net = self.wiring.create_options(self.ips[node], alias, self._hosts)
-        endpoint = net.pop("endpoint", None)
+        place = self.wiring.placement(self.ips[node], alias, nodedir.hosts_file(self.run_dir))
         host_config = api.create_host_config(
             binds={str(nodedir.node_dir(self.run_dir, node)): {"bind": nodedir.MOUNT, "mode": "rw"},
-                   **self._image_binds(image)},
+                   **self._image_binds(image), **place.binds},
             mem_limit=res.memory or self.default_resources.memory,
             nano_cpus=int((res.cpus or self.default_resources.cpus or 0) * 1e9) or None,
             cap_drop=["ALL"],
@@ -280,10 +277,11 @@ class DockerBackend(NetnsMixin, Backend):
             tmpfs={"/tmp": "size=16m"},
             pids_limit=512,
             log_config={"type": "json-file", "config": {"max-size": log_size}},
-            **net,
+            network_mode=place.network_mode,
+            sysctls=place.sysctls or None,
         )
         networking = api.create_networking_config({
-            net["network_mode"]: api.create_endpoint_config(**endpoint)}) if endpoint else None
+            place.network_mode: api.create_endpoint_config(**place.endpoint)}) if place.endpoint else None
         created = api.create_container(
             image,
             name=container_name(self.testbed, node),
@@ -292,6 +290,7 @@ class DockerBackend(NetnsMixin, Backend):
             labels={**self.labels(node), LABEL_IP: self.ips[node]},
             host_config=host_config,
             networking_config=networking,
+            network_disabled=place.network_disabled,
             user=self.user.docker_user,
             hostname=alias,
             environment={"TESTBED_NODE": node},
@@ -408,7 +407,7 @@ class DockerBackend(NetnsMixin, Backend):
 
     def isolation(self) -> dict[str, object]:
         """What a container may touch, for the manifest."""
-        return nodedir.isolation(self.user, self._shared or {})
+        return nodedir.isolation(self.user, self._shared or {}, self.wiring is not None and self.wiring.mounts_hosts)
 
     # ------------------------------------------------------------ collection
 

@@ -7,6 +7,7 @@ another node's trace, and the router ran as root for no reason. Now:
     run_dir/nodes/<node>/          0700, owned by the node's uid; mounted at /node
       config.json                  the NodeConfig as the router sees it (paths under /node)
       trace.pb  lag.json  node.log what the router writes
+    run_dir/nodes/hosts            0644, every node's name and address (an own bridge's /etc/hosts)
 
 The run directory keeps the shape every reader expects (traces/<node>.pb,
 node-logs/<node>.lag.json, node-logs/<node>.log): those paths are relative
@@ -57,6 +58,22 @@ def node_dir(run_dir: Path, node: str) -> Path:
     return run_dir / "nodes" / node
 
 
+def write_hosts(run_dir: Path, hosts: dict[str, str]) -> Path:
+    """run_dir/nodes/hosts: localhost and every node's alias (nodeN) with its
+    address, one file for all containers that get no /etc/hosts from Docker
+    (an own bridge's: orchestrator/docker_wiring.py)."""
+    path = hosts_file(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["127.0.0.1\tlocalhost", *(f"{ip}\t{alias}" for alias, ip in hosts.items())]
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o644)
+    return path
+
+
+def hosts_file(run_dir: Path) -> Path:
+    return run_dir / "nodes" / "hosts"
+
+
 def inside(name: str) -> str:
     """A node directory file's path in the container."""
     return f"{MOUNT}/{name}"
@@ -102,10 +119,13 @@ def prepare(run_dir: Path, config: NodeConfig, user: NodeUser) -> NodeConfig:
     return seen
 
 
-def isolation(user: NodeUser, shared: dict[str, dict[str, str]]) -> dict[str, object]:
+def isolation(user: NodeUser, shared: dict[str, dict[str, str]], hosts: bool) -> dict[str, object]:
     """What the manifest records about a container's privileges; `shared`:
-    the binds of the image's own files (orchestrator.image_tree)."""
+    the binds of the image's own files (orchestrator.image_tree); `hosts`:
+    whether the testbed's hosts file is mounted (write_hosts)."""
     mounts = [f"run_dir/nodes/<node> at {MOUNT} (read-write): config, trace, lag file, log"]
+    if hosts:
+        mounts.append("run_dir/nodes/hosts at /etc/hosts (read-only): every node's name and address")
     if shared:
         mounts.append(f"{', '.join(b['bind'] for b in shared.values())} (read-only): the router image's own "
                       f"files, unpacked once at {os.path.commonpath(list(shared))}")

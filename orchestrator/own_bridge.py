@@ -4,9 +4,11 @@ host gives root.
 Why: Docker 20.10 loses endpoint-count decrements when endpoints of one
 network go concurrently, so a Docker network's containers must leave it one
 disconnect at a time (orchestrator/docker_stop.py): 15-45 s of a `down` of
-250 containers. Containers on `network_mode=none`, wired here to a bridge
-Docker knows nothing of, hold no endpoint: they stop and go all at once and
-the bridge goes with one `ip link del` (docs/docker.md, "Own bridge").
+250 containers. Containers with Docker's networking disabled (no sandbox,
+not even network mode "none"'s endpoint: orchestrator/docker_wiring.py),
+wired here to a bridge Docker knows nothing of, hold no endpoint: they stop
+and go all at once and the bridge goes with one `ip link del` (docs/docker.md,
+"Own bridge").
 
 What one bridge is: `gtb<hash of the tag>` with the gateway address, its
 ifalias `gossip-testbed <tag>` (so `down`, `down --all` and `gc` find it with

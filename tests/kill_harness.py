@@ -10,8 +10,9 @@ delay lines (processes), iptables rules (the delay line's and the own
 bridge's), own bridges and state records. The moments are printed so that a failing try can be replayed.
 
 A network namespace counts as left when its file under /var/run/docker/netns
-is still an nsfs mount; an unmounted file is Docker's own bookkeeping, which
-its garbage collector removes within about a minute.
+is still an nsfs mount (an unmounted file is Docker's own bookkeeping, which
+its garbage collector removes within about a minute), or, for an own bridge's
+containers (no Docker sandbox), when a process or a mount still holds it.
 """
 
 from __future__ import annotations
@@ -79,25 +80,45 @@ def host_side(state: Path) -> dict[str, list[str]]:
             "bridges": [name for name, _ in own_bridge.admitted(None, scope)]}
 
 
-def sandbox_keys(state: Path) -> set[str]:
-    """The network namespace files of the containers made under `state` now."""
+def netns_keys(state: Path) -> set[str]:
+    """The network namespaces of the containers made under `state` now: a
+    Docker sandbox's file (a Docker network's containers), else the
+    namespace's identity, "net:[inode]", read from the container's init (an
+    own bridge's containers have no sandbox: docker_wiring.py)."""
     ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL_STATE}={state.resolve()}"],
                          capture_output=True, text=True, check=True).stdout.split()
     if not ids:
         return set()
-    out = subprocess.run(["docker", "inspect", "-f", "{{.NetworkSettings.SandboxKey}}", *ids],
-                         capture_output=True, text=True).stdout.split()
-    return {k for k in out if k.startswith("/")}
+    out = subprocess.run(["docker", "inspect", "-f", "{{.NetworkSettings.SandboxKey}} {{.State.Pid}}", *ids],
+                         capture_output=True, text=True).stdout.splitlines()
+    keys = set()
+    for line in out:
+        key, _, pid = line.rpartition(" ")
+        if key.startswith("/"):
+            keys.add(key)
+        elif pid.isdigit() and int(pid) > 0:
+            try:
+                keys.add(os.readlink(f"/proc/{pid}/ns/net"))
+            except OSError:
+                pass  # it exited meanwhile
+    return keys
 
 
 def live_netns(keys: set[str]) -> list[str]:
-    """The namespace files among `keys` that are still mounted (a live namespace)."""
+    """The namespaces among `keys` still alive: a file still mounted, or an
+    identity that some process is in or some nsfs mount holds."""
     mounted = set()
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         parts = line.split()
         if len(parts) > 4:
-            mounted.add(parts[4])
-    return sorted(k for k in keys if k in mounted)
+            mounted.update((parts[3], parts[4]))
+    held = set()
+    for ns in Path("/proc").glob("[0-9]*/ns/net"):
+        try:
+            held.add(os.readlink(ns))
+        except OSError:
+            pass
+    return sorted(k for k in keys if k in mounted or (not k.startswith("/") and k in held))
 
 
 def records(state: Path) -> list[str]:
@@ -118,7 +139,7 @@ class NetnsWatch:
     def __enter__(self) -> NetnsWatch:
         def loop() -> None:
             while not self._stop.is_set():
-                self.keys |= sandbox_keys(self.state)
+                self.keys |= netns_keys(self.state)
                 self._stop.wait(0.3)
 
         self._thread = threading.Thread(target=loop, daemon=True)
@@ -129,7 +150,7 @@ class NetnsWatch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.keys |= sandbox_keys(self.state)
+        self.keys |= netns_keys(self.state)
 
 
 @dataclass(frozen=True)

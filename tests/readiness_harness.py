@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.kill_harness import host_side, labelled, live_netns, records, sandbox_keys
+from tests.kill_harness import host_side, labelled, live_netns, records, netns_keys
 
 
 def experiment_text(name: str, nodes: int, messages: int = 1, interval: str = "100ms") -> str:
@@ -88,7 +88,7 @@ def readiness_tries(nodes: int, tries: int, work: Path, report=print) -> list[Re
 
             def noting_start(self, configs, state=state, netns=netns):
                 start_many(self, configs)
-                netns.update(sandbox_keys(state))
+                netns.update(netns_keys(state))
 
             def timed_down(self, marks=marks):  # the first call: the run's own down
                 marks.setdefault("down", time.monotonic())

@@ -117,7 +117,11 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends, network):
         assert client.networks.get(backend.network_name).attrs["Labels"][LABEL_TESTBED] == backend.testbed
     else:  # no Docker network at all; its own bridge, found by its alias
         assert _docker_ls("network", backend.testbed) == [] and _networks_of(backend) == [backend.wiring.bridge]
-        assert backend._container("n0").attrs["HostConfig"]["NetworkMode"] == "none"
+        # no Docker sandbox (docker_wiring: none of Docker's network locks at exit); names from our hosts file
+        first = backend._container("n0")
+        assert first.attrs["Config"]["NetworkDisabled"] and not first.attrs["NetworkSettings"]["SandboxID"]
+        hosts = first.exec_run(["cat", "/etc/hosts"]).output.decode().splitlines()
+        assert [f"{ip}\tnode{i}" for i, ip in enumerate(ips)] == hosts[1:]
         assert backend.manifest_facts()["network"]["kind"] == OWN_BRIDGE
 
     # kill -> start

@@ -31,8 +31,8 @@ from tests.docker_fixtures import (  # noqa: F401 - fixtures
     wait_for,
 )
 from orchestrator import iptables, own_bridge
-from orchestrator.docker_wiring import DOCKER_NETWORK, ENV
-from tests.kill_harness import host_side, labelled, live_netns, records, sandbox_keys
+from orchestrator.docker_wiring import DOCKER_NETWORK, ENV, OWN_BRIDGE
+from tests.kill_harness import host_side, labelled, live_netns, records, netns_keys
 from tests.readiness_harness import experiment_text, readiness_tries
 
 pytestmark = [pytest.mark.docker, needs_docker]
@@ -103,7 +103,7 @@ def test_a_signalled_run_tears_down_before_it_exits(tmp_path, sig, code, node_im
         assert wait_for(lambda: proc.poll() is not None or (events.is_file() and '"all_up"' in events.read_text()),
                         timeout=120)
         assert proc.poll() is None, proc.communicate()
-        netns = sandbox_keys(state)
+        netns = netns_keys(state)
         assert len(netns) == 6
         time.sleep(1.0)  # in the workload
         proc.send_signal(sig)
@@ -226,6 +226,8 @@ def test_a_container_touches_only_its_own_node_directory(docker_backends):
     container = backend._container("a")
     mounts = {m["Destination"]: (m["Source"], m["RW"]) for m in container.attrs["Mounts"]}
     assert mounts.pop("/node") == (str(backend.run_dir / "nodes" / "a"), True)
+    if backend.wiring.kind == OWN_BRIDGE:  # every node's name and address, read-only (docker_wiring.py)
+        assert mounts.pop("/etc/hosts") == (str(backend.run_dir / "nodes" / "hosts"), False)
     # the rest: the router image's own code and libraries, unpacked once on the
     # host and shared read-only by its containers (orchestrator/image_tree.py)
     assert mounts == {bind["bind"]: (source, False) for source, bind in backend._shared.items()}
@@ -258,5 +260,5 @@ def test_a_container_touches_only_its_own_node_directory(docker_backends):
     assert (backend.run_dir / "traces" / "a.pb").resolve() == node_dir / "trace.pb"
     assert (node_dir / "trace.pb").stat().st_uid == uid
     assert backend.isolation()["user"] == container.attrs["Config"]["User"]
-    assert len(backend.isolation()["mounts"]) == 1 + bool(backend._shared)
+    assert len(backend.isolation()["mounts"]) == 1 + bool(backend._shared) + (backend.wiring.kind == OWN_BRIDGE)
 
