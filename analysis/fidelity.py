@@ -32,7 +32,7 @@ run of any size:
   more wake-ups, so the CPU per delivery grows with the dilation. Measured
   at 250 routers on two cores (scale-250.yaml): 2.5 ms per delivery and a
   load of 7.8 at full speed (lag p99 415 ms at the median node); at dilation
-  12, over six runs on three days, 4.0-7.3 ms and 0.97-1.79 (the edge: each
+  12, over seven runs on three days, 4.0-7.3 ms and 0.97-1.79 (the edge: each
   passed its latency bound with lag p99 6.3-17.7 ms at the worst node; the
   routers' CPU in the workload varied by a third between runs of one code).
   Without the stretch, the run's latency p50 stands in for the spread: under

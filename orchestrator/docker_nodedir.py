@@ -58,7 +58,11 @@ def node_dir(run_dir: Path, node: str) -> Path:
     return run_dir / "nodes" / node
 
 
-def write_hosts(run_dir: Path, hosts: dict[str, str]) -> Path:
+def hosts_file(run_dir: Path) -> Path:
+    return run_dir / "nodes" / "hosts"
+
+
+def write_hosts(run_dir: Path, hosts: dict[str, str]) -> None:
     """run_dir/nodes/hosts: localhost and every node's alias (nodeN) with its
     address, one file for all containers that get no /etc/hosts from Docker
     (an own bridge's: orchestrator/docker_wiring.py)."""
@@ -67,11 +71,6 @@ def write_hosts(run_dir: Path, hosts: dict[str, str]) -> Path:
     lines = ["127.0.0.1\tlocalhost", *(f"{ip}\t{alias}" for alias, ip in hosts.items())]
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o644)
-    return path
-
-
-def hosts_file(run_dir: Path) -> Path:
-    return run_dir / "nodes" / "hosts"
 
 
 def inside(name: str) -> str:
