@@ -264,10 +264,11 @@ class DockerBackend(NetnsMixin, Backend):
         res = self.resources.get(node, self.default_resources)
         image, entrypoint, command, log_size = self._launch(config)
         alias = f"node{config.index}"
-        place = self.wiring.placement(self.ips[node], alias, nodedir.hosts_file(self.run_dir))
+        place = self.wiring.placement(self.ips[node], alias)
+        hosts = nodedir.hosts_bind(self.run_dir) if self.wiring.mounts_hosts else {}
         host_config = api.create_host_config(
             binds={str(nodedir.node_dir(self.run_dir, node)): {"bind": nodedir.MOUNT, "mode": "rw"},
-                   **self._image_binds(image), **place.binds},
+                   **self._image_binds(image), **hosts},
             mem_limit=res.memory or self.default_resources.memory,
             nano_cpus=int((res.cpus or self.default_resources.cpus or 0) * 1e9) or None,
             cap_drop=["ALL"],

@@ -7,7 +7,7 @@ another node's trace, and the router ran as root for no reason. Now:
     run_dir/nodes/<node>/          0700, owned by the node's uid; mounted at /node
       config.json                  the NodeConfig as the router sees it (paths under /node)
       trace.pb  lag.json  node.log what the router writes
-    run_dir/nodes/hosts            0644, every node's name and address (an own bridge's /etc/hosts)
+    run_dir/nodes/hosts            0644, every node's name and address (an own bridge's containers' /etc/hosts)
 
 The run directory keeps the shape every reader expects (traces/<node>.pb,
 node-logs/<node>.lag.json, node-logs/<node>.log): those paths are relative
@@ -62,10 +62,15 @@ def hosts_file(run_dir: Path) -> Path:
     return run_dir / "nodes" / "hosts"
 
 
+def hosts_bind(run_dir: Path) -> dict[str, dict[str, str]]:
+    """The hosts file as the containers' /etc/hosts, read-only."""
+    return {str(hosts_file(run_dir)): {"bind": "/etc/hosts", "mode": "ro"}}
+
+
 def write_hosts(run_dir: Path, hosts: dict[str, str]) -> None:
     """run_dir/nodes/hosts: localhost and every node's alias (nodeN) with its
-    address, one file for all containers that get no /etc/hosts from Docker
-    (an own bridge's: orchestrator/docker_wiring.py)."""
+    address. Mounted as /etc/hosts (hosts_bind) where Docker writes the
+    containers none (an own bridge's: orchestrator/docker_wiring.py)."""
     path = hosts_file(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = ["127.0.0.1\tlocalhost", *(f"{ip}\t{alias}" for alias, ip in hosts.items())]

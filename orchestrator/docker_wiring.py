@@ -24,7 +24,6 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator import own_bridge
@@ -45,7 +44,6 @@ class Placement:
     network_mode: str
     endpoint: dict[str, Any] | None = None  # the container's Docker endpoint options, on a Docker network
     network_disabled: bool = False  # no Docker sandbox: a namespace with loopback only, for the host to wire
-    binds: dict[str, dict[str, str]] = field(default_factory=dict)
     sysctls: dict[str, str] = field(default_factory=dict)
 
 
@@ -57,9 +55,8 @@ class Wiring(Protocol):
     network: str | None  # the Docker network containers hold endpoints on (None: none)
     mounts_hosts: bool  # containers get the testbed's hosts file as /etc/hosts (Docker writes them none)
 
-    def placement(self, ip: str, alias: str, hosts: Path) -> Placement:
-        """Where a container with address `ip`, name `alias` goes; `hosts`:
-        the testbed's hosts file (every node's alias and address)."""
+    def placement(self, ip: str, alias: str) -> Placement:
+        """Where a container with address `ip`, name `alias` goes."""
 
     def started(self, node: str, container: Any, ip: str) -> None:
         """A container just started (a new network namespace): put it on the network."""
@@ -89,7 +86,7 @@ class DockerNetwork:
         self.bridge = (network.attrs.get("Options") or {}).get("com.docker.network.bridge.name") \
             or f"br-{network.id[:12]}"
 
-    def placement(self, ip: str, alias: str, hosts: Path) -> Placement:
+    def placement(self, ip: str, alias: str) -> Placement:
         return Placement(self.obj.name, endpoint={"ipv4_address": ip, "aliases": [alias]})
 
     def started(self, node: str, container: Any, ip: str) -> None:
@@ -120,9 +117,9 @@ class OwnBridge:
         self.own = bridge
         self.subnet, self.gateway, self.bridge = bridge.subnet, bridge.gateway, bridge.name
 
-    def placement(self, ip: str, alias: str, hosts: Path) -> Placement:
+    def placement(self, ip: str, alias: str) -> Placement:
         # nonlocal bind: a router binds its address before `started` gives eth0 that address
-        return Placement("none", network_disabled=True, binds={str(hosts): {"bind": "/etc/hosts", "mode": "ro"}},
+        return Placement("none", network_disabled=True,
                          sysctls={"net.ipv4.ip_nonlocal_bind": "1", "net.ipv6.conf.all.disable_ipv6": "1"})
 
     def started(self, node: str, container: Any, ip: str) -> None:
