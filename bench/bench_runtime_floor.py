@@ -7,7 +7,9 @@ Each try: N containers of the router image running `sleep infinity` under
 docker-init, created and started 8 at a time (as `up` does), then SIGTERM to
 every init from the host at once (as `down` does on an own bridge), Docker's
 `die` event awaited for each, then removal 16 at a time. It prints the wall
-time of each phase.
+time of each phase and the CPU time the host was busy in the stop and the
+removal (all cores, /proc/stat): on an otherwise idle host, Docker's own
+cost, which no router can spend.
 
     .venv/bin/python bench/bench_runtime_floor.py [--nodes 250] [--tries 3] [--network disabled|none] [--json]
 
@@ -67,7 +69,7 @@ def one_try(client, image: str, nodes: int, network: str, index: int) -> dict:
                 return
 
     threading.Thread(target=watch, daemon=True).start()
-    t0 = time.monotonic()
+    t0, busy0 = time.monotonic(), host_busy_s()
     for pid in inits:
         os.kill(pid, signal.SIGTERM)
     gone_s = None
@@ -76,14 +78,24 @@ def one_try(client, image: str, nodes: int, network: str, index: int) -> dict:
             gone_s = time.monotonic() - t0
         if time.monotonic() - t0 > STUCK_S:
             return {"try": index, "start_s": round(started, 1), "stuck": len(set(ids) - dead)}
-    died = time.monotonic() - t0
-    t0 = time.monotonic()
+    died, stop_cpu = time.monotonic() - t0, host_busy_s() - busy0
+    t0, busy0 = time.monotonic(), host_busy_s()
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(api.remove_container, ids))
-    removed = time.monotonic() - t0
+    removed, remove_cpu = time.monotonic() - t0, host_busy_s() - busy0
     events.close()
     return {"try": index, "start_s": round(started, 1), "inits_gone_s": round(gone_s or died, 1),
-            "die_events_s": round(died, 1), "remove_s": round(removed, 1), "stop_and_remove_s": round(died + removed, 1)}
+            "die_events_s": round(died, 1), "remove_s": round(removed, 1),
+            "stop_and_remove_s": round(died + removed, 1), "stop_host_cpu_s": round(stop_cpu, 1),
+            "remove_host_cpu_s": round(remove_cpu, 1)}
+
+
+def host_busy_s() -> float:
+    """CPU seconds the whole host has been busy so far (all cores, /proc/stat):
+    with nothing else running, what Docker and the kernel spend on the
+    containers (runc, the shims, containerd, dockerd, the storage driver)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -111,12 +123,14 @@ def main() -> int:
                 f"DAEMON STUCK: {row['stuck']} die events missing after {STUCK_S:g} s (restart dockerd)"
                 if "stuck" in row else
                 f"SIGTERM to inits gone {row['inits_gone_s']} s, to every die event {row['die_events_s']} s; "
-                f"removal {row['remove_s']} s; stop and removal {row['stop_and_remove_s']} s"))
+                f"removal {row['remove_s']} s; stop and removal {row['stop_and_remove_s']} s; host CPU busy "
+                f"{row['stop_host_cpu_s']} s in the stop, {row['remove_host_cpu_s']} s in the removal"))
         if "stuck" in rows[-1]:
             break
     done = [r for r in rows if "stuck" not in r]
     summary = {"nodes": args.nodes, "network": args.network, "tries": rows, "median": {
-        k: statistics.median(r[k] for r in done) for k in ("start_s", "die_events_s", "remove_s", "stop_and_remove_s")
+        k: statistics.median(r[k] for r in done)
+        for k in ("start_s", "die_events_s", "remove_s", "stop_and_remove_s", "stop_host_cpu_s", "remove_host_cpu_s")
     } if done else {}}
     if args.json:
         print(json.dumps(summary, indent=1))
