@@ -40,12 +40,13 @@ from typing import Any
 from node.config import NodeConfig
 from orchestrator import docker_collect as collect
 from orchestrator import docker_nodedir as nodedir
+from orchestrator import docker_teardown
 from orchestrator import docker_wiring
 from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.docker_netns import NetnsMixin
 from orchestrator.docker_proxy import config_proxy_shapes, proxy_needed, shape_foreign
 from orchestrator.docker_stop import stop_all
-from orchestrator.docker_teardown import Scope, bounded, find, summary, teardown
+from orchestrator.docker_teardown import Scope, bounded, find, summary
 from orchestrator.docker_util import (
     LABEL,
     LABEL_IP,
@@ -442,9 +443,7 @@ class DockerBackend(NetnsMixin, Backend):
     def cleanup(cls, testbed: str | None, store: StateStore) -> list[str]:
         """Converging removal (orchestrator.docker_teardown) of what this
         state directory made for `testbed` (None: every testbed);
-        TeardownIncomplete names whatever is left."""
-        client = docker_client()
-        try:
-            return teardown(client, Scope(testbed, current_state_dir())).raise_if_incomplete()
-        finally:
-            client.close()
+        TeardownIncomplete names whatever is left, Docker's objects too when
+        the daemon cannot be asked and the record says they exist."""
+        recorded = testbed is not None and (store.load(testbed) or {}).get("backend") == cls.name
+        return docker_teardown.cleanup(Scope(testbed, current_state_dir()), recorded)

@@ -26,7 +26,11 @@ active endpoints" and its subnet leaks. The cure is to avoid the race:
 4. what is left after that is reported as a Leftover naming the resource and
    the exact command that removes it (for a network whose endpoints only a
    daemon restart clears, that restart), never silently dropped; the caller
-   keeps its state record so that a later `testbed down` retries.
+   keeps its state record so that a later `testbed down` retries;
+5. a daemon that cannot be asked (stuck, or gone while a record says the
+   testbed was made on Docker) removes nothing of Docker's and is one such
+   Leftover: what Docker holds could not be listed (`cleanup`); the host's
+   side goes all the same.
 
 A Scope says which labelled objects one teardown may touch: one testbed or
 all, made under one state directory or under any (`testbed gc`). Nothing
@@ -44,9 +48,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator import delayline, iptables, own_bridge
-from orchestrator.docker_util import LABEL_STATE, LABEL_TESTBED
+from orchestrator.docker_util import LABEL_STATE, LABEL_TESTBED, DaemonNotAnswering, docker_client, stuck, where
+from orchestrator.errors import BackendUnavailable, TeardownIncomplete
 from orchestrator.progress import Reporter
-from orchestrator.errors import TeardownIncomplete
 
 PARALLEL = 8  # concurrent removals: enough to be quick, few enough not to race the network layer
 PARALLEL_NO_ENDPOINT = 16  # ... when no Docker network of ours is left to race
@@ -172,21 +176,59 @@ def _resource(kind: str, obj: Any) -> Resource:
                     labels.get(LABEL_STATE, ""))
 
 
-def find(client: Any, scope: Scope) -> Found:
+def find(client: Any | None, scope: Scope) -> Found:
     """Every container, network and volume the scope admits, and the delay
     lines (process and iptables rules) and own bridges (bridge and iptables
-    rules) of the testbeds it admits."""
-    flt = scope.label_filter()
-    return Found(
-        rules=iptables.admitted(None, scope.testbed, scope.state),
-        delay_lines=delayline.admitted(scope.testbed, scope.state),
-        bridges=own_bridge.admitted(scope.testbed, scope.state),
+    rules) of the testbeds it admits; client None: the host's side only."""
+    found = Found(rules=iptables.admitted(None, scope.testbed, scope.state),
+                  delay_lines=delayline.admitted(scope.testbed, scope.state),
+                  bridges=own_bridge.admitted(scope.testbed, scope.state))
+    if client is not None:
+        flt = scope.label_filter()
         # sparse: one listing call, not an inspect per container (seconds at 250)
-        containers=[c for c in client.containers.list(all=True, filters=flt, sparse=True)
-                    if scope.admits(labels_of(c))],
-        networks=[n for n in client.networks.list(filters=flt) if scope.admits(labels_of(n))],
-        volumes=[v for v in client.volumes.list(filters=flt) if scope.admits(labels_of(v))],
-    )
+        found.containers = [c for c in client.containers.list(all=True, filters=flt, sparse=True)
+                            if scope.admits(labels_of(c))]
+        found.networks = [n for n in client.networks.list(filters=flt) if scope.admits(labels_of(n))]
+        found.volumes = [v for v in client.volumes.list(filters=flt) if scope.admits(labels_of(v))]
+    return found
+
+
+def cleanup(scope: Scope, recorded: bool) -> list[str]:
+    """The docker backend's cleanup: `teardown` of the scope; `recorded`:
+    a state record says the scope's testbed was made on Docker. Without an
+    answering daemon the host's side goes all the same (a delay line's
+    process, the rules, the bridge), and Docker's objects are a Leftover when
+    something may hold them: a recorded testbed, or a daemon that is there
+    but stuck. No daemon and no record: nothing Docker could hold. A daemon
+    that answers, then leaves a call of the teardown unanswered, is stuck too."""
+    try:
+        client = docker_client()
+    except BackendUnavailable as exc:
+        removed: list[str] = []
+        left: dict[str, Leftover] = {}
+        _remove_host_side(find(None, scope), removed, left)
+        if recorded or isinstance(exc, DaemonNotAnswering):
+            _note(None, unchecked(scope, exc), removed, left)
+        return TeardownReport(tuple(removed), tuple(left.values())).raise_if_incomplete()
+    try:
+        return teardown(client, scope).raise_if_incomplete()
+    except Exception as exc:  # noqa: BLE001 - a call that never came back is the daemon's state, not a bug
+        if (gone := stuck(exc)) is None:
+            raise
+        raise TeardownIncomplete([unchecked(scope, gone).line()], []) from exc
+    finally:
+        client.close()
+
+
+def unchecked(scope: Scope, exc: BackendUnavailable) -> Leftover:
+    """Docker's objects of `scope`, which a daemon that did not answer
+    (`exc`) kept from being listed."""
+    is_stuck = isinstance(exc, DaemonNotAnswering)
+    why = str(exc) if is_stuck else f"no Docker daemon answers at {where()}"
+    again = f"testbed down {scope.testbed}" if scope.testbed is not None else "testbed down --all"
+    return Leftover(Resource("everything Docker holds", f"for {scope.describe()}", "docker-daemon",
+                             scope.testbed or "", scope.state or ""), f"it could not be listed: {why}",
+                    f"{DAEMON_RESTART if is_stuck else 'systemctl start docker'}, then {again}")
 
 
 def bounded(fn: Callable[[Any], Any], items: list[Any], workers: int = PARALLEL) -> list[Any]:

@@ -46,13 +46,25 @@ def current_state_dir() -> str:
         return ""
 
 
-def _where() -> str:
+def where() -> str:
+    """The daemon the SDK talks to: DOCKER_HOST, else the default socket."""
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
+PING_TIMEOUT_S = 10  # a daemon that has not answered a ping by then is stuck, not slow
+
+
+class DaemonNotAnswering(BackendUnavailable):
+    """A Docker daemon took the connection but did not answer: there, and
+    stuck (Docker 20.10 deadlocks when many containers exit at once,
+    moby/moby#46661), which is not the same as no daemon at all."""
+
+
 def docker_client(timeout: int = 120) -> Any:
-    """A connected docker SDK client; BackendUnavailable naming what was tried
-    when the SDK is missing or no daemon answers."""
+    """A connected docker SDK client whose calls may take `timeout` seconds;
+    BackendUnavailable naming what was tried when the SDK is missing or no
+    daemon answers (DaemonNotAnswering when one took the connection but did
+    not answer its first request in PING_TIMEOUT_S)."""
     try:
         import docker  # noqa: PLC0415 - optional at import time of the CLI
     except ImportError as exc:  # pragma: no cover - the SDK is a dependency
@@ -60,14 +72,44 @@ def docker_client(timeout: int = 120) -> Any:
             f"the docker backend needs the Docker SDK for Python (pip install docker): {exc}"
         ) from exc
     try:
-        client = docker.from_env(timeout=timeout)
+        client = docker.from_env(timeout=min(timeout, PING_TIMEOUT_S))  # asks the API version: a first request
         client.ping()
     except Exception as exc:  # DockerException, requests' ConnectionError, PermissionError
+        if _timed_out(exc):
+            raise DaemonNotAnswering(
+                f"the Docker daemon at {where()} took the connection but did not answer in {PING_TIMEOUT_S} s: "
+                "it is stuck (Docker 20.10 can deadlock when many containers exit at once, moby/moby#46661; "
+                "docs/docker.md)"
+            ) from exc
         raise BackendUnavailable(
-            f"no Docker daemon reachable at {_where()} (tried docker.from_env() and ping: "
+            f"no Docker daemon reachable at {where()} (tried docker.from_env() and ping: "
             f"{_short(exc)}); start Docker, set DOCKER_HOST, or use --backend process"
         ) from exc
+    client.api.timeout = timeout
     return client
+
+
+def stuck(exc: BaseException) -> DaemonNotAnswering | None:
+    """DaemonNotAnswering when `exc` is a Docker call that timed out after
+    the daemon answered the connection's first request (what its libnetwork
+    deadlock looks like: a listing answers, anything about the stuck
+    containers or networks never does); None for any other error."""
+    if not _timed_out(exc):
+        return None
+    return DaemonNotAnswering(f"the Docker daemon at {where()} answered, then did not answer a call ({_short(exc)}): "
+                              "it is stuck (Docker 20.10 can deadlock when many containers exit at once, "
+                              "moby/moby#46661; docs/docker.md)")
+
+
+def _timed_out(exc: BaseException | None) -> bool:
+    """Whether `exc` or what caused it is a timeout (the SDK wraps requests' own)."""
+    import requests.exceptions  # noqa: PLC0415
+
+    while exc is not None:
+        if isinstance(exc, (requests.exceptions.Timeout, TimeoutError)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def docker_available() -> tuple[bool, str]:
@@ -80,10 +122,10 @@ def docker_available() -> tuple[bool, str]:
     try:
         version = client.version().get("Version", "?")
     except Exception as exc:  # pragma: no cover - answered ping, then failed
-        return False, f"Docker daemon at {_where()} answered ping but not version: {_short(exc)}"
+        return False, f"Docker daemon at {where()} answered ping but not version: {_short(exc)}"
     finally:
         client.close()
-    return True, f"Docker {version} at {_where()}"
+    return True, f"Docker {version} at {where()}"
 
 
 def _short(exc: BaseException) -> str:

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.docker_teardown import Leftover, Resource, Scope, TeardownReport, labels_of
-from orchestrator.docker_util import LABEL_STATE, LABEL_TESTBED
+from orchestrator.docker_teardown import Leftover, Resource, Scope, TeardownReport, labels_of, unchecked
+from orchestrator.docker_util import LABEL_STATE, LABEL_TESTBED, DaemonNotAnswering
 from orchestrator.errors import BackendUnavailable
 from orchestrator.swarm_engine import Swarm
 
@@ -125,6 +125,8 @@ def remove(scope: Scope) -> TeardownReport:
     manages; an empty report when it is no swarm manager."""
     try:
         swarm = Swarm()
+    except DaemonNotAnswering as exc:  # there, but stuck: what it holds cannot be listed
+        return TeardownReport((), (unchecked(scope, exc),))
     except BackendUnavailable:
         return TeardownReport((), ())
     try:
