@@ -90,12 +90,18 @@ def one_try(client, image: str, nodes: int, network: str, index: int) -> dict:
             "remove_host_cpu_s": round(remove_cpu, 1)}
 
 
-def host_busy_s() -> float:
-    """CPU seconds the whole host has been busy so far (all cores, /proc/stat):
-    with nothing else running, what Docker and the kernel spend on the
-    containers (runc, the shims, containerd, dockerd, the storage driver)."""
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, all) clock ticks of every core so far, from /proc/stat's first
+    line (idle and iowait are not busy)."""
     ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+def host_busy_s() -> float:
+    """CPU seconds the whole host has been busy so far (all cores): with
+    nothing else running, what Docker and the kernel spend on the
+    containers (runc, the shims, containerd, dockerd, the storage driver)."""
+    return cpu_ticks()[0] / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:

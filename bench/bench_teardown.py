@@ -52,6 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bench_runtime_floor import cpu_ticks  # noqa: E402
 from orchestrator.image import ensure_image  # noqa: E402
 from orchestrator.docker_wiring import chosen  # noqa: E402
 from tests.kill_harness import TESTBED, host_side, kill_tries, labelled, records  # noqa: E402
@@ -135,16 +136,10 @@ class HostBusy:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="host-busy", daemon=True)
 
-    @staticmethod
-    def _read() -> tuple[float, float]:
-        ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        idle = ticks[3] + ticks[4]  # idle, iowait
-        return sum(ticks) - idle, sum(ticks)
-
     def _run(self) -> None:
-        busy0, all0 = self._read()
+        busy0, all0 = cpu_ticks()
         while not self._stop.wait(self.SAMPLE_S):
-            busy1, all1 = self._read()
+            busy1, all1 = cpu_ticks()
             if all1 > all0:
                 cpus = os.cpu_count() or 1
                 seconds = (all1 - all0) / cpus / os.sysconf("SC_CLK_TCK")

@@ -52,6 +52,8 @@ def where() -> str:
 
 
 PING_TIMEOUT_S = 10  # a daemon that has not answered a ping by then is stuck, not slow
+_STUCK = ("it is stuck (Docker 20.10 can deadlock when many containers exit at once, moby/moby#46661; "
+          "docs/docker.md)")
 
 
 class DaemonNotAnswering(BackendUnavailable):
@@ -78,8 +80,7 @@ def docker_client(timeout: int = 120) -> Any:
         if _timed_out(exc):
             raise DaemonNotAnswering(
                 f"the Docker daemon at {where()} took the connection but did not answer in {PING_TIMEOUT_S} s: "
-                "it is stuck (Docker 20.10 can deadlock when many containers exit at once, moby/moby#46661; "
-                "docs/docker.md)"
+                f"{_STUCK}"
             ) from exc
         raise BackendUnavailable(
             f"no Docker daemon reachable at {where()} (tried docker.from_env() and ping: "
@@ -97,8 +98,7 @@ def stuck(exc: BaseException) -> DaemonNotAnswering | None:
     if not _timed_out(exc):
         return None
     return DaemonNotAnswering(f"the Docker daemon at {where()} answered, then did not answer a call ({_short(exc)}): "
-                              "it is stuck (Docker 20.10 can deadlock when many containers exit at once, "
-                              "moby/moby#46661; docs/docker.md)")
+                              f"{_STUCK}")
 
 
 def _timed_out(exc: BaseException | None) -> bool:
