@@ -377,7 +377,8 @@ def down(
     """Stop a testbed and remove everything it created; traces stay.
 
     Graceful: traces flushed, manifest written. Idempotent; cleans up after a
-    killed CLI too.
+    killed CLI too. Exits 1 naming what it could not remove (a stuck or absent
+    Docker daemon included); the testbed stays recorded, so `down` retries.
     """
     from orchestrator.runs import down_all, down_testbed  # noqa: PLC0415
     from orchestrator.errors import TeardownIncomplete  # noqa: PLC0415
