@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis import deliveries as dlv
+from analysis.completeness import check_complete
 from analysis.ingest import SCHEMA as EVENTS_SCHEMA
 from analysis.ingest import IngestResult
 from analysis.implementations import declared, per_implementation
@@ -568,10 +569,12 @@ def unreceived_rpcs(spark, E, short: list[tuple[str, str, int]]) -> pd.DataFrame
 
 def events_frame(spark, ingested: IngestResult):
     """The ingested events as a DataFrame: a small run's table handed over
-    as it is (a relation in memory: no Parquet reader and no file listing to
-    start, which on a new JVM is a good part of a small run's analysis), else
-    a scan of the Parquet files (vectorised, column-pruned, skipping the row
-    groups of the event types a query does not read)."""
+    as it is (a relation in memory, one chunk: ingest.in_memory_table; no
+    Parquet reader and no file listing to start, which on a new JVM is a
+    good part of a small run's analysis), else a scan of the Parquet files
+    (vectorised, column-pruned, skipping the row groups of the event types a
+    query does not read). Either way compute checks that every decoded event
+    arrived (analysis/completeness.py)."""
     schema = spark_schema(EVENTS_COLUMNS)
     if ingested.table is not None:
         return spark.createDataFrame(ingested.table, schema=schema)
@@ -609,6 +612,7 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
         lambda: messages(spark, E, log_publishes(run)).join(duplicates(E), "msg", "left").toArrow().to_pandas(),
         lambda: first_deliveries(E).toArrow(),
     )
+    check_complete(ingested.events, ingested.node_records(), counts)
     per_node = per_node_counts(counts)
     ctx = build_context(run, per_node, structure)
     t0 = ctx.t0

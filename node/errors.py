@@ -24,3 +24,11 @@ class BackendUnavailable(TestbedError):
     """A backend cannot run here (no Docker daemon, no Java): exit 3."""
 
     exit_code = 3
+
+
+class IncompleteData(TestbedError):
+    """The analysis would report figures from part of the data (events
+    decoded from the traces went missing on their way into Spark): exit 3,
+    naming both counts. Never a figure from partial data."""
+
+    exit_code = 3

@@ -1,0 +1,245 @@
+"""An independent count of a run's raw traces, for the differential tests.
+
+The analysis (analysis/) is checked against this and nothing else of ours:
+it compiles node/proto/trace.proto itself with grpcio-tools' protoc (not the
+project's generated trace_pb2), reads the uvarint-delimited records with
+plain protobuf, maps peer ids to names with its own base58, and counts with
+plain Python what docs/metrics.md defines: DELIVER events, deliveries to
+expected recipients, per-node deliveries, duplicates, RPCs and control
+entries sent, and latency from the traces' own timestamps. It shares no
+code with the analysis, so a figure both agree on was computed twice.
+
+Expected recipients follow docs/metrics.md's words: subscribed to the topic
+at the publish time (JOIN/LEAVE in the node's own trace, or topology.json's
+topics when it has none), up then (not between the `churn` event that took
+it down, or its node_down, and the next node_up in events.jsonl), and not a
+publisher."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+from google.protobuf import json_format
+
+PROTO = Path(__file__).resolve().parents[1] / "node" / "proto" / "trace.proto"
+B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+NEVER = 1 << 62
+DOWN_ACTIONS = ("kill", "stop", "pause", "disconnect")  # docs/metrics.md: each takes a node down
+
+# TraceEvent.Type numbers, as written in trace.proto (checked against the
+# compiled enum in trace_module()).
+PUBLISH, REJECT, DUPLICATE, DELIVER = 0, 1, 2, 3
+RECV_RPC, SEND_RPC, DROP_RPC, JOIN, LEAVE = 6, 7, 8, 9, 10
+
+
+@cache
+def trace_module():
+    """trace.proto compiled afresh into a scratch directory, imported."""
+    from grpc_tools import protoc
+
+    out = Path(tempfile.mkdtemp(prefix="trace-census-"))
+    rc = protoc.main(["protoc", f"-I{PROTO.parent}", f"--python_out={out}", str(PROTO)])
+    assert rc == 0, f"protoc failed on {PROTO}"
+    sys.path.insert(0, str(out))
+    try:
+        mod = importlib.import_module("trace_pb2")
+    finally:
+        sys.path.remove(str(out))
+    t = mod.TraceEvent
+    assert (t.PUBLISH_MESSAGE, t.DELIVER_MESSAGE, t.SEND_RPC, t.JOIN) == (PUBLISH, DELIVER, SEND_RPC, JOIN)
+    return mod
+
+
+def b58decode(text: str) -> bytes:
+    n = 0
+    for ch in text:
+        n = n * 58 + B58.index(ch)
+    raw = n.to_bytes((n.bit_length() + 7) // 8, "big") if n else b""
+    return b"\0" * (len(text) - len(text.lstrip("1"))) + raw
+
+
+def read_records(path: Path) -> list:
+    """Every whole TraceEvent in a trace file: uvarint length + protobuf for
+    .pb, one JSON object a line otherwise. A record cut short at the end (a
+    writer killed mid-write) is not counted."""
+    TraceEvent = trace_module().TraceEvent
+    data = path.read_bytes()
+    out = []
+    if path.suffix != ".pb":
+        for line in data.splitlines():
+            if line.strip():
+                try:
+                    out.append(json_format.Parse(line, TraceEvent(), ignore_unknown_fields=True))
+                except json_format.ParseError:
+                    pass
+        return out
+    pos = 0
+    while pos < len(data):
+        length, shift = 0, 0
+        while pos < len(data):
+            b = data[pos]
+            pos += 1
+            length |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        if pos + length > len(data):
+            break  # cut short
+        ev = TraceEvent()
+        ev.ParseFromString(data[pos:pos + length])
+        out.append(ev)
+        pos += length
+    return out
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.array(values, dtype=np.float64), q * 100))
+
+
+@dataclass
+class Census:
+    """What the traces of one run say, counted by hand."""
+
+    records: int = 0
+    nodes_with_records: set[str] = field(default_factory=set)
+    by_type: Counter = field(default_factory=Counter)
+    per_node: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    control_sent: Counter = field(default_factory=Counter)
+    transmissions: int = 0
+    messages: int = 0
+    expected_deliveries: int = 0
+    deliveries: int = 0
+    delivered_by_node: Counter = field(default_factory=Counter)
+    unexpected_deliveries: int = 0
+    repeated_delivers: int = 0  # DELIVER events of a message a node had delivered before (a restart lost its seen-cache)
+    latencies_ms: list[float] = field(default_factory=list)
+
+    @property
+    def delivery_ratio(self) -> float | None:
+        return self.deliveries / self.expected_deliveries if self.expected_deliveries else None
+
+    def latency(self, q: float) -> float | None:
+        return _percentile(self.latencies_ms, q) if self.latencies_ms else None
+
+
+def _names(run: Path) -> dict[bytes, str]:
+    topo = json.loads((run / "topology.json").read_text())
+    return {b58decode(n["peer_id"]): n["name"] for n in topo["nodes"] if n.get("peer_id")}
+
+
+def _node_of(pid: bytes, names: dict[bytes, str]) -> str:
+    return names.get(pid) or pid.decode("utf-8", "replace")
+
+
+def _down_intervals(run: Path) -> dict[str, list[tuple[int, int]]]:
+    path = run / "events.jsonl"
+    down: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    if not path.is_file():
+        return down
+    since: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        ev = json.loads(line)
+        kind, ts = ev.get("kind"), ev.get("t_ns")
+        nodes = ev.get("nodes") or ([ev["node"]] if ev.get("node") else [])
+        if kind == "churn" and ev.get("action") in DOWN_ACTIONS:
+            for n in nodes:
+                since.setdefault(n, ts)
+        elif kind == "node_down":
+            for n in nodes:
+                since.setdefault(n, ts)
+        elif kind == "node_up":
+            for n in nodes:
+                if n in since:
+                    down[n].append((since.pop(n), ts))
+    for n, start in since.items():
+        down[n].append((start, NEVER))
+    return down
+
+
+def count(run: Path, traces: Path | None = None) -> Census:
+    """The census of RUN's traces (RUN/traces unless `traces` is given)."""
+    names = _names(run)
+    topo = json.loads((run / "topology.json").read_text())
+    topics_of = {n["name"]: list(n.get("topics") or []) for n in topo["nodes"]}
+    c = Census()
+    published: dict[bytes, tuple[int, str, set[str]]] = {}
+    first_deliver: dict[tuple[str, bytes], int] = {}
+    joins: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    T = trace_module().TraceEvent
+    for path in sorted((traces or run / "traces").iterdir()):
+        if path.suffix not in (".pb", ".json", ".jsonl"):
+            continue
+        for ev in read_records(path):
+            node = _node_of(ev.peerID, names)
+            c.records += 1
+            c.nodes_with_records.add(node)
+            c.by_type[ev.type] += 1
+            c.per_node[node][ev.type] += 1
+            if ev.type == T.PUBLISH_MESSAGE:
+                m = ev.publishMessage.messageID
+                ts, topic, pubs = published.get(m, (ev.timestamp, ev.publishMessage.topic, set()))
+                pubs.add(node)
+                published[m] = (min(ts, ev.timestamp), topic, pubs)
+            elif ev.type == T.DELIVER_MESSAGE:
+                key = (node, ev.deliverMessage.messageID)
+                if key in first_deliver:
+                    c.repeated_delivers += 1
+                if key not in first_deliver or ev.timestamp < first_deliver[key]:
+                    first_deliver[key] = ev.timestamp
+            elif ev.type in (T.JOIN, T.LEAVE):
+                topic = ev.join.topic if ev.type == T.JOIN else ev.leave.topic
+                joins[node].append((ev.timestamp, ev.type, topic))
+            elif ev.type == T.SEND_RPC:
+                meta = ev.sendRPC.meta
+                c.transmissions += len(meta.messages)
+                ctl = meta.control
+                c.control_sent["graft"] += len(ctl.graft)
+                c.control_sent["prune"] += len(ctl.prune)
+                c.control_sent["ihave"] += len(ctl.ihave)
+                c.control_sent["iwant"] += len(ctl.iwant)
+    down = _down_intervals(run)
+    c.messages = len(published)
+    everyone = set(topics_of) | c.nodes_with_records
+    for m, (ts, topic, pubs) in published.items():
+        for node in everyone:
+            if node in pubs:
+                continue
+            if not _subscribed(node, topic, ts, joins, topics_of) or any(
+                a <= ts < b for a, b in down.get(node, ())
+            ):
+                c.unexpected_deliveries += (node, m) in first_deliver
+                continue
+            c.expected_deliveries += 1
+            got = first_deliver.get((node, m))
+            if got is not None:
+                c.deliveries += 1
+                c.delivered_by_node[node] += 1
+                c.latencies_ms.append((got - ts) / 1e6)
+    return c
+
+
+def _subscribed(node: str, topic: str, ts: int, joins: dict, topics_of: dict) -> bool:
+    evs = joins.get(node)
+    if not evs:
+        return topic in topics_of.get(node, ())
+    state: bool | None = None
+    for when, typ, t in sorted(evs, key=lambda e: e[0]):
+        if t != topic:
+            continue
+        if when > ts:
+            if state is None:  # the first event of the topic comes later
+                return typ == LEAVE  # left later, never joined in the trace: in since before it began
+            break
+        state = typ == JOIN
+    return bool(state)
