@@ -67,14 +67,26 @@ def experiment_running() -> Iterator[None]:
 
 
 def _table(server, title: str) -> Table:
+    """The server's facts but its URL, which _print_url prints whole."""
     t = Table(title=title, show_header=False)
     t.add_column("")
     t.add_column("")
     for key, value in server.to_dict().items():
+        if key == "url":
+            continue
         if key == "started_at":
             value = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(value))
         t.add_row(key, str(value))
     return t
+
+
+def _print_url(server) -> None:
+    """The URL and the line that hands it to another shell, each on one
+    line however narrow the terminal (a table cell truncates it and a
+    wrapped line copies as two: a cut session id fails with
+    INVALID_SESSION_UUID_ID)."""
+    console.print(f"url: {server.url}", soft_wrap=True, highlight=False, markup=False)
+    console.print(f"export SPARK_REMOTE='{server.url}'", soft_wrap=True, highlight=False, markup=False)
 
 
 @spark_app.command("start")
@@ -116,7 +128,8 @@ def start(
         typer.echo(json.dumps({**server.to_dict(), "start_s": round(listening_s, 3), "warm_up_s": warm_up_s}))
     else:
         console.print(_table(server, "Spark Connect server"))
-        console.print(f"`testbed analyze` uses it while it is up; others can with SPARK_REMOTE={server.url}")
+        console.print("`testbed analyze` uses it while it is up; other Spark Connect clients can, with:")
+        _print_url(server)
 
 
 def _warm_up(url: str) -> bool:
@@ -164,6 +177,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the status 
         console.print("no Spark Connect server is running (start one with `testbed spark start`)")
     else:
         console.print(_table(server, "Spark Connect server: " + ("up" if up else "starting")))
+        _print_url(server)
         if warming is not None:
             console.print(_warming_line(warming))
     if not up:

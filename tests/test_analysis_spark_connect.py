@@ -5,8 +5,8 @@ analyze` with the same figures; one that is not gives exit 3 quickly."""
 from __future__ import annotations
 
 import json
-import time
 import os
+import time
 import shutil
 import subprocess
 import sys
@@ -14,15 +14,19 @@ from pathlib import Path
 
 import pytest
 
+from tests import trace_census
 from tests.spark_fixtures import requires_java
 
 TESTBED = Path(sys.executable).parent / "testbed"
 CI_RUN = Path(__file__).parent / "fixtures" / "analysis_before" / "ci"
+TOPOLOGIES = Path(__file__).resolve().parents[1] / "topologies"
 
 
-def cli(*argv: str, state: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+def cli(*argv: str, state: Path, timeout: float = 600, columns: int | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_MASTER")}
     env["TESTBED_STATE_DIR"] = str(state)
+    if columns:
+        env["COLUMNS"] = str(columns)
     return subprocess.run([str(TESTBED), *argv], capture_output=True, text=True, timeout=timeout, env=env,
                           stdin=subprocess.DEVNULL)
 
@@ -76,6 +80,9 @@ def test_a_running_server_serves_analyze(tmp_path):
         again = cli("spark", "start", "--json", state=state)  # already up: the same server
         assert json.loads(again.stdout)["pid"] == server["pid"]
         assert json.loads(again.stdout)["warm_up_s"] == 0  # a server already up is not warmed again
+        for argv in (("spark", "start"), ("spark", "status")):  # the URL whole, to copy, in a narrow terminal
+            lines = cli(*argv, state=state, columns=40).stdout.splitlines()
+            assert f"url: {server['url']}" in lines and f"export SPARK_REMOTE='{server['url']}'" in lines
         deadline = time.monotonic() + 300
         while not (done := json.loads(cli("spark", "status", "--json", state=state).stdout)["warm_up"])["done"]:
             assert time.monotonic() < deadline, done
@@ -91,6 +98,13 @@ def test_a_running_server_serves_analyze(tmp_path):
         for key in ("messages", "expected_deliveries", "deliveries", "delivery_ratio", "latency_ms", "duplicates",
                     "mesh_degree", "control"):
             assert summary[key] == before[key], key
+        # 100 nodes, 101 chunks in memory, through the server: every figure as the raw traces count it
+        sim = tmp_path / "simsub-100"
+        made = cli("sim", str(TOPOLOGIES / "simsub-100.yaml"), "--out", str(sim), "--no-report", state=state)
+        assert made.returncode == 0, made.stderr
+        warm = cli("analyze", str(sim), "--json", state=state)
+        assert warm.returncode == 0, warm.stderr
+        trace_census.assert_agrees(sim, trace_census.count(sim), json.loads(warm.stdout))
         assert ";session_id=" in server["url"]  # every analysis shares one server-side session:
         assert session_conf(server["url"], "spark.sql.codegen.factoryMode") == "NO_CODEGEN"  # the one analyze set
     finally:
