@@ -9,7 +9,11 @@ cold one; the second of two analyses; when the server's background warm-up
 was still running then, that one is "just started" and it is measured again
 once the warm-up is done),
 and a plain single-process pandas/pyarrow baseline computing the same
-headline figures, checked to agree. For each size: a synthetic run
+headline figures, checked to agree. A time is worth nothing without its
+answer: next to each analysis it prints the summary's figures beside an
+independent count of the raw traces (tests/trace_census.py: its own
+protobuf, nothing from analysis/), and MISMATCH where they differ; the
+bench then exits 1. For each size: a synthetic run
 directory with N trace events; wall time and peak RSS of the whole process
 tree (CLI, JVM, decoding workers; the Connect server's tree too), CPU
 seconds of the same trees, and the load average (the box is shared: wall
@@ -42,6 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analysis.synthetic import generate  # noqa: E402
+from tests import trace_census  # noqa: E402
 
 # --------------------------------------------------------------------------- memory
 
@@ -211,6 +216,28 @@ def agree(a: dict, b: dict) -> bool:
     return ok
 
 
+SHOWN = ("events", "deliveries", "expected_deliveries", "delivery_ratio", "duplicates", "latency_p50_ms")
+
+
+def checked(what: str, summary: dict, census: trace_census.Census) -> bool:
+    """Print the summary's figures beside the census's; False on a mismatch."""
+    wrong = trace_census.differences(summary, census)
+    mine = trace_census.figures(census)
+    shown = "  ".join(f"{k} {summary_value(summary, k)}" for k in SHOWN)
+    print(f"    {what}: {shown}")
+    if not wrong:
+        print(f"    {'':<{len(what)}}  = the independent count of the traces")
+        return True
+    for key, (got, want) in wrong.items():
+        print(f"    MISMATCH {key}: summary {got}, independent count {want}")
+    print(f"    (independent count: {', '.join(f'{k} {mine[k]}' for k in SHOWN)})")
+    return False
+
+
+def summary_value(summary: dict, key: str):
+    return summary["latency_ms"]["p50"] if key == "latency_p50_ms" else summary[key]
+
+
 def load() -> str:
     return "load average " + " / ".join(f"{v:.1f}" for v in os.getloadavg()) + f" on {os.cpu_count()} cores"
 
@@ -259,6 +286,10 @@ def main() -> int:
             size = sum(p.stat().st_size for p in (root / "traces").iterdir())
             print(f"\n{gen['events']:,} events ({gen['messages']:,} messages, {gen['nodes']} nodes, "
                   f"{size / 2**20:.0f} MiB of traces) generated in {time.monotonic() - t:.1f} s; {load()}")
+            t = time.monotonic()
+            census = trace_census.count(root)
+            print(f"  independent count of the traces: {census.records:,} records, {census.deliveries:,} deliveries "
+                  f"in {time.monotonic() - t:.1f} s")
             b = None
             first = len(rows)
             if not args.skip_baseline:
@@ -284,6 +315,8 @@ def main() -> int:
             for _, what, tm in rows[first:]:
                 print(f"  {what:<24}{tm.wall:8.1f} s wall {tm.cpu:8.1f} s CPU   peak RSS {tm.rss / 2**30:5.2f} GiB"
                       f"   load {tm.load:.1f}")
+                if what.startswith("analyze"):
+                    same &= checked(what, json.loads(tm.stdout), census)
             print(f"  cold / bare start = {cold.wall / bare.wall:.2f} ({cold.wall / default.wall:.2f} against Spark's "
                   f"defaults); headline figures "
                   + ("agree" if same else "DISAGREE"))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import subprocess
 import sys
 import tempfile
 from collections import Counter, defaultdict
@@ -28,11 +27,13 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 from google.protobuf import json_format
 
 PROTO = Path(__file__).resolve().parents[1] / "node" / "proto" / "trace.proto"
 B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 NEVER = 1 << 62
+US = 1e-3  # latencies agree within 1 microsecond (figures are in ms)
 DOWN_ACTIONS = ("kill", "stop", "pause", "disconnect")  # docs/metrics.md: each takes a node down
 
 # TraceEvent.Type numbers, as written in trace.proto (checked against the
@@ -243,3 +244,78 @@ def _subscribed(node: str, topic: str, ts: int, joins: dict, topics_of: dict) ->
             break
         state = typ == JOIN
     return bool(state)
+
+
+def _summary_figures(s: dict) -> dict:
+    return {
+        "events": s["events"],
+        "deliver_events": s["deliver_events"],
+        "messages": s["messages"],
+        "expected_deliveries": s["expected_deliveries"],
+        "deliveries": s["deliveries"],
+        "unexpected_deliveries": s["unexpected_deliveries"],
+        "delivery_ratio": s["delivery_ratio"],
+        "duplicates": s["duplicates"],
+        "rpcs_sent": s["rpcs"]["sent"],
+        "transmissions": s["transmissions"],
+        **{f"control_{k}": s["control"][k] for k in ("graft", "prune", "ihave", "iwant")},
+        "latency_p50_ms": (s["latency_ms"] or {}).get("p50"),
+        "latency_max_ms": (s["latency_ms"] or {}).get("max"),
+    }
+
+
+def figures(census: Census) -> dict:
+    """The census's figures, under the names _summary_figures gives summary.json's."""
+    return {
+        "events": census.records,
+        "deliver_events": census.by_type[DELIVER],
+        "messages": census.messages,
+        "expected_deliveries": census.expected_deliveries,
+        "deliveries": census.deliveries,
+        "unexpected_deliveries": census.unexpected_deliveries,
+        "delivery_ratio": census.delivery_ratio,
+        "duplicates": census.by_type[DUPLICATE],
+        "rpcs_sent": census.by_type[SEND_RPC],
+        "transmissions": census.transmissions,
+        **{f"control_{k}": census.control_sent[k] for k in ("graft", "prune", "ihave", "iwant")},
+        "latency_p50_ms": census.latency(0.5),
+        "latency_max_ms": census.latency(1.0),
+    }
+
+
+def differences(summary: dict, census: Census) -> dict[str, tuple]:
+    """name -> (summary's, census's) for every figure on which they differ
+    (latencies by more than a microsecond)."""
+    got, want = _summary_figures(summary), figures(census)
+    out = {}
+    for key, w in want.items():
+        g = got[key]
+        if key.startswith("latency_") and g is not None and w is not None:
+            same = abs(g - w) <= US
+        else:
+            same = g == w
+        if not same:
+            out[key] = (g, w)
+    return out
+
+
+def assert_agrees(run: Path, census: Census, summary: dict | None = None) -> None:
+    """summary.json and metrics/*.parquet against the census, figure by figure."""
+    s = summary or json.loads((run / "summary.json").read_text())
+    assert differences(s, census) == {}
+
+    nodes = pq.read_table(run / "metrics" / "nodes.parquet").to_pandas().set_index("node")
+    assert set(census.nodes_with_records) <= set(nodes.index)
+    for node in census.nodes_with_records:
+        counted = census.per_node[node]
+        row = nodes.loc[node]
+        assert (row["events"], row["delivered"], row["rpcs_sent"], row["duplicated"]) == (
+            sum(counted.values()),
+            counted[DELIVER],
+            counted[SEND_RPC],
+            counted[DUPLICATE],
+        ), node
+        assert row["delivered_expected"] == census.delivered_by_node[node], node
+    messages = pq.read_table(run / "metrics" / "messages.parquet").to_pandas()
+    assert int(messages["delivered"].sum()) == census.deliveries
+    assert int(messages["expected"].sum()) == census.expected_deliveries
