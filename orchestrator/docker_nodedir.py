@@ -58,24 +58,44 @@ def node_dir(run_dir: Path, node: str) -> Path:
     return run_dir / "nodes" / node
 
 
+# A resolver configuration that names a nameserver but reaches none: the
+# testbed resolves node names through the hosts file and serves no DNS.
+# py-libp2p builds a DNS resolver when it is imported and exits with "no
+# nameservers" when /etc/resolv.conf lists none (issue 38: mixed.yaml died on
+# docker); a lookup here fails at once on the container's own loopback.
+RESOLV_CONF = "# gossip-testbed: names resolve through /etc/hosts; there is no DNS server\nnameserver 127.0.0.1\n"
+
+
 def hosts_file(run_dir: Path) -> Path:
     return run_dir / "nodes" / "hosts"
 
 
+def resolv_conf_file(run_dir: Path) -> Path:
+    return run_dir / "nodes" / "resolv.conf"
+
+
 def hosts_bind(run_dir: Path) -> dict[str, dict[str, str]]:
-    """The hosts file as the containers' /etc/hosts, read-only."""
-    return {str(hosts_file(run_dir)): {"bind": "/etc/hosts", "mode": "ro"}}
+    """The hosts file and the resolver configuration as the containers'
+    /etc/hosts and /etc/resolv.conf, read-only."""
+    return {
+        str(hosts_file(run_dir)): {"bind": "/etc/hosts", "mode": "ro"},
+        str(resolv_conf_file(run_dir)): {"bind": "/etc/resolv.conf", "mode": "ro"},
+    }
 
 
 def write_hosts(run_dir: Path, hosts: dict[str, str]) -> None:
     """run_dir/nodes/hosts: localhost and every node's alias (nodeN) with its
-    address. Mounted as /etc/hosts (hosts_bind) where Docker writes the
+    address; and run_dir/nodes/resolv.conf (RESOLV_CONF). Mounted as
+    /etc/hosts and /etc/resolv.conf (hosts_bind) where Docker writes the
     containers none (an own bridge's: orchestrator/docker_wiring.py)."""
     path = hosts_file(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = ["127.0.0.1\tlocalhost", *(f"{ip}\t{alias}" for alias, ip in hosts.items())]
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o644)
+    resolv = resolv_conf_file(run_dir)
+    resolv.write_text(RESOLV_CONF)
+    resolv.chmod(0o644)
 
 
 def inside(name: str) -> str:

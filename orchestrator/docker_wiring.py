@@ -15,8 +15,9 @@ with 250 bare `sleep` containers on "none" stopped together). With
 networking disabled Docker makes no sandbox at all: runc gives the container
 a new network namespace with loopback only, which the host wires; starting
 250 bare containers took 17 s instead of 31 s (no sandbox, no prestart hook
-per container). Docker then writes no /etc/hosts, so the testbed's
-(docker_nodedir.write_hosts) is mounted instead.
+per container). Docker then writes no /etc/hosts and a /etc/resolv.conf
+with no nameserver, so the testbed's (docker_nodedir.write_hosts) are
+mounted instead.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class Wiring(Protocol):
     gateway: str  # the host's address on the testbed's network
     bridge: str  # the Linux bridge its frames cross (the delay line's)
     network: str | None  # the Docker network containers hold endpoints on (None: none)
-    mounts_hosts: bool  # containers get the testbed's hosts file as /etc/hosts (Docker writes them none)
+    mounts_hosts: bool  # containers get the testbed's /etc/hosts and /etc/resolv.conf (Docker writes them none)
 
     def placement(self, ip: str, alias: str) -> Placement:
         """Where a container with address `ip`, name `alias` goes."""

@@ -122,6 +122,9 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends, network):
         assert first.attrs["Config"]["NetworkDisabled"] and not first.attrs["NetworkSettings"]["SandboxID"]
         hosts = first.exec_run(["cat", "/etc/hosts"]).output.decode().splitlines()
         assert [f"{ip}\tnode{i}" for i, ip in enumerate(ips)] == hosts[1:]
+        # a resolver configuration with a nameserver (py-libp2p exits at import without one)
+        resolv = first.exec_run(["cat", "/etc/resolv.conf"]).output.decode().splitlines()
+        assert "nameserver 127.0.0.1" in resolv
         assert backend.manifest_facts()["network"]["kind"] == OWN_BRIDGE
 
     # kill -> start
