@@ -25,7 +25,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from tests import trace_census
@@ -35,7 +34,6 @@ from tests.spark_fixtures import requires_java, spark  # noqa: F401
 ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGIES = ROOT / "topologies"
 TESTBED = Path(sys.executable).with_name("testbed")
-US = 1e-3  # latency agrees within 1 microsecond (figures are in ms)
 
 RESTARTS = textwrap.dedent("""\
     name: restarts-20
@@ -100,56 +98,6 @@ def paths(monkeypatch) -> list[str]:
     return taken
 
 
-def assert_agrees(run: Path, census: trace_census.Census, summary: dict | None = None) -> None:
-    """summary.json and metrics/*.parquet against the census, figure by figure."""
-    s = summary or json.loads((run / "summary.json").read_text())
-    got = {
-        "events": s["events"],
-        "deliver_events": s["deliver_events"],
-        "messages": s["messages"],
-        "expected_deliveries": s["expected_deliveries"],
-        "deliveries": s["deliveries"],
-        "unexpected_deliveries": s["unexpected_deliveries"],
-        "delivery_ratio": s["delivery_ratio"],
-        "duplicates": s["duplicates"],
-        "rpcs_sent": s["rpcs"]["sent"],
-        "transmissions": s["transmissions"],
-        **{f"control_{k}": s["control"][k] for k in ("graft", "prune", "ihave", "iwant")},
-    }
-    want = {
-        "events": census.records,
-        "deliver_events": census.by_type[trace_census.DELIVER],
-        "messages": census.messages,
-        "expected_deliveries": census.expected_deliveries,
-        "deliveries": census.deliveries,
-        "unexpected_deliveries": census.unexpected_deliveries,
-        "delivery_ratio": census.delivery_ratio,
-        "duplicates": census.by_type[trace_census.DUPLICATE],
-        "rpcs_sent": census.by_type[trace_census.SEND_RPC],
-        "transmissions": census.transmissions,
-        **{f"control_{k}": census.control_sent[k] for k in ("graft", "prune", "ihave", "iwant")},
-    }
-    assert got == want
-    assert s["latency_ms"]["p50"] == pytest.approx(census.latency(0.5), abs=US)
-    assert s["latency_ms"]["max"] == pytest.approx(census.latency(1.0), abs=US)
-
-    nodes = pq.read_table(run / "metrics" / "nodes.parquet").to_pandas().set_index("node")
-    assert set(census.nodes_with_records) <= set(nodes.index)
-    for node in census.nodes_with_records:
-        counted = census.per_node[node]
-        row = nodes.loc[node]
-        assert (row["events"], row["delivered"], row["rpcs_sent"], row["duplicated"]) == (
-            sum(counted.values()),
-            counted[trace_census.DELIVER],
-            counted[trace_census.SEND_RPC],
-            counted[trace_census.DUPLICATE],
-        ), node
-        assert row["delivered_expected"] == census.delivered_by_node[node], node
-    messages = pq.read_table(run / "metrics" / "messages.parquet").to_pandas()
-    assert int(messages["delivered"].sum()) == census.deliveries
-    assert int(messages["expected"].sum()) == census.expected_deliveries
-
-
 def analyse(run: Path, traces: Path | None = None) -> dict:
     from analysis import run_analysis
 
@@ -169,7 +117,7 @@ def test_one_trace_file_in_one_chunk(runs, spark, tmp_path, paths):  # noqa: F81
     assert paths == ["memory"] and summary["trace_files"] == 1
     census = trace_census.count(run, merged)
     assert census.records > 0 and len(census.nodes_with_records) == 8
-    assert_agrees(run, census, summary)
+    trace_census.assert_agrees(run, census, summary)
 
 
 def test_a_hundred_nodes_cold_through_the_cli(runs, tmp_path):
@@ -182,14 +130,14 @@ def test_a_hundred_nodes_cold_through_the_cli(runs, tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["deliver_events"] == 1000 and summary["delivery_ratio"] == 1
-    assert_agrees(out, trace_census.count(out), summary)
+    trace_census.assert_agrees(out, trace_census.count(out), summary)
 
 
 def test_a_hundred_nodes_in_memory_at_a_warm_session(runs, spark, tmp_path, paths):  # noqa: F811
     run = fresh(runs["simsub-100"], tmp_path)
     analyse(run)
     assert paths == ["memory"]
-    assert_agrees(run, trace_census.count(run))
+    trace_census.assert_agrees(run, trace_census.count(run))
 
 
 def test_restarted_nodes_deliver_again_in_memory_and_from_parquet(runs, spark, tmp_path, paths,  # noqa: F811
@@ -202,11 +150,11 @@ def test_restarted_nodes_deliver_again_in_memory_and_from_parquet(runs, spark, t
     assert census.repeated_delivers > 0 and census.unexpected_deliveries > 0
     in_memory = fresh(runs["restarts"], tmp_path / "a")
     analyse(in_memory)
-    assert_agrees(in_memory, census)
+    trace_census.assert_agrees(in_memory, census)
     monkeypatch.setattr(ingest, "IN_MEMORY_MAX_EVENTS", census.records - 1)
     parquet = fresh(runs["restarts"], tmp_path / "b")
     analyse(parquet)
-    assert_agrees(parquet, census)
+    trace_census.assert_agrees(parquet, census)
     assert paths == ["memory", "parquet"]
 
 
@@ -223,7 +171,7 @@ def test_above_the_pool_threshold_with_churn(runs, spark, tmp_path, paths):  # n
     assert census.records > ingest.IN_MEMORY_MAX_EVENTS and census.repeated_delivers > 0
     analyse(run)
     assert paths == ["parquet"]
-    assert_agrees(run, census)
+    trace_census.assert_agrees(run, census)
 
 
 def test_a_trace_cut_mid_record(runs, spark, tmp_path, paths):  # noqa: F811
@@ -238,7 +186,7 @@ def test_a_trace_cut_mid_record(runs, spark, tmp_path, paths):  # noqa: F811
     census = trace_census.count(run)
     assert census.records == trace_census.count(runs["restarts"]).records - 1
     assert summary["trace_integrity"]["damaged_nodes"] == ["n9"]
-    assert_agrees(run, census, summary)
+    trace_census.assert_agrees(run, census, summary)
 
 
 LOSE_EMPTY_BATCHES = textwrap.dedent("""\
