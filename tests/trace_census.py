@@ -11,8 +11,8 @@ code with the analysis, so a figure both agree on was computed twice.
 
 Expected recipients follow docs/metrics.md's words: subscribed to the topic
 at the publish time (JOIN/LEAVE in the node's own trace, or topology.json's
-topics when it has none), up then (not between the `churn` event that took
-it down, or its node_down, and the next node_up in events.jsonl), and not a
+topics when it has none), up then (not between a node_down, or the `churn`
+event that issued it, and the next node_up in events.jsonl), and not a
 publisher."""
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ PROTO = Path(__file__).resolve().parents[1] / "node" / "proto" / "trace.proto"
 B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 NEVER = 1 << 62
 US = 1e-3  # latencies agree within 1 microsecond (figures are in ms)
-DOWN_ACTIONS = ("kill", "stop", "pause", "disconnect")  # docs/metrics.md: each takes a node down
 
 # TraceEvent.Type numbers, as written in trace.proto (checked against the
 # compiled enum in trace_module()).
@@ -142,23 +141,29 @@ def _node_of(pid: bytes, names: dict[bytes, str]) -> str:
 
 
 def _down_intervals(run: Path) -> dict[str, list[tuple[int, int]]]:
+    """[start, end) while each node was down: from its node_down to its
+    next node_up in events.jsonl, the start moved back to when the churn
+    action that took it down was issued (the latest `churn` event of the
+    node_down's cause for that node). A churn event with no node_down after
+    it (a partition from some peers only) takes no node down."""
     path = run / "events.jsonl"
     down: dict[str, list[tuple[int, int]]] = defaultdict(list)
     if not path.is_file():
         return down
     since: dict[str, int] = {}
+    issued: dict[tuple[str, str], int] = {}
     for line in path.read_text().splitlines():
         if not line.strip():
             continue
         ev = json.loads(line)
         kind, ts = ev.get("kind"), ev.get("t_ns")
         nodes = ev.get("nodes") or ([ev["node"]] if ev.get("node") else [])
-        if kind == "churn" and ev.get("action") in DOWN_ACTIONS:
+        if kind == "churn":
             for n in nodes:
-                since.setdefault(n, ts)
+                issued[(n, ev.get("action"))] = ts
         elif kind == "node_down":
             for n in nodes:
-                since.setdefault(n, ts)
+                since.setdefault(n, min(ts, issued.get((n, ev.get("cause")), ts)))
         elif kind == "node_up":
             for n in nodes:
                 if n in since:
