@@ -131,9 +131,14 @@ class Census:
         return _percentile(self.latencies_ms, q) if self.latencies_ms else None
 
 
-def _names(run: Path) -> dict[bytes, str]:
-    topo = json.loads((run / "topology.json").read_text())
-    return {b58decode(n["peer_id"]): n["name"] for n in topo["nodes"] if n.get("peer_id")}
+def _topology_nodes(run: Path) -> list[dict]:
+    """topology.json's nodes; none without the file (a run of go traces, a synthetic one)."""
+    path = run / "topology.json"
+    return json.loads(path.read_text())["nodes"] if path.is_file() else []
+
+
+def _names(nodes: list[dict]) -> dict[bytes, str]:
+    return {b58decode(n["peer_id"]): n["name"] for n in nodes if n.get("peer_id")}
 
 
 def _node_of(pid: bytes, names: dict[bytes, str]) -> str:
@@ -175,9 +180,9 @@ def _down_intervals(run: Path) -> dict[str, list[tuple[int, int]]]:
 
 def count(run: Path, traces: Path | None = None) -> Census:
     """The census of RUN's traces (RUN/traces unless `traces` is given)."""
-    names = _names(run)
-    topo = json.loads((run / "topology.json").read_text())
-    topics_of = {n["name"]: list(n.get("topics") or []) for n in topo["nodes"]}
+    nodes = _topology_nodes(run)
+    names = _names(nodes)
+    topics_of = {n["name"]: list(n.get("topics") or []) for n in nodes}
     c = Census()
     published: dict[bytes, tuple[int, str, set[str]]] = {}
     first_deliver: dict[tuple[str, bytes], int] = {}
