@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from node.engine.api import Router
+from node.engine.api import Router, protocol_order
 from node.engine.authenticity import Authenticity
 from node.engine.floodsub import FloodSubParams, FloodSubRouter
 from node.engine.gossipsub import GossipSubParams, GossipSubRouter
@@ -80,9 +80,9 @@ def make_router(
 
 
 def negotiate(ours: frozenset[str], theirs: frozenset[str], preferred: str) -> str | None:
-    """The protocol two peers speak: our own if they support it, else any
-    protocol both support (floodsub, as libp2p's multistream would pick)."""
-    if preferred in theirs:
-        return preferred
-    common = sorted(ours & theirs)
-    return common[0] if common else None
+    """The protocol two peers speak, as multistream-select settles it when we
+    propose ours in `protocol_order`: the first they support."""
+    for protocol in protocol_order(preferred, ours):
+        if protocol in theirs:
+            return protocol
+    return None

@@ -59,7 +59,7 @@ import trio
 from node.codec import FrameError, encode_frame
 from node.config import LinkShape, NodeConfig, PeerAddress
 from node.engine import TraceType, make_router
-from node.engine.api import Output
+from node.engine.api import Output, protocol_order
 from node.identity import INJECTOR_INDEX, identity_for_index, peer_id_from_b58, peer_id_to_b58
 from node.libp2p.connection import MuxedConnection, upgrade
 from node.libp2p.errors import ProtocolError
@@ -97,7 +97,7 @@ class Node:
         self.auth = cfg.auth()
         self.engine = make_router(cfg.router, self.peer_id, cfg.seed, cfg.params, auth=self.auth)
         preferred = self.engine.protocol_id
-        self.protocols = (preferred, *sorted(self.engine.supported_protocols - {preferred}))
+        self.protocols = protocol_order(preferred, self.engine.supported_protocols)
         self.names = {peer_id_from_b58(pid): name for pid, name in cfg.peer_names.items()}
         self.peer_ids = {name: pid for pid, name in self.names.items()}
         self.shaping = {peer_id_from_b58(pid): shape for pid, shape in cfg.shaping.items()}
@@ -359,7 +359,8 @@ class Node:
         if self.links.get(link.peer_id) is not link:
             return
         now = self.clock.now_ns()
-        self._apply(self.engine.add_peer(now, link.peer_id, link.protocol), now)
+        outbound = link.dialer == self.peer_id
+        self._apply(self.engine.add_peer(now, link.peer_id, link.protocol, outbound=outbound), now)
 
     def _on_frame(self, link: PeerLink, frame: bytes) -> None:
         if self.links.get(link.peer_id) is not link:
