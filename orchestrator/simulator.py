@@ -264,14 +264,14 @@ class Simulator:
         na.conns[nb.peer_id] = Conn(self._epoch, nb, latency, jitter, link.loss)
         nb.conns[na.peer_id] = Conn(self._epoch, na, latency, jitter, link.loss)
         self.stats.connect += 1
-        for me, other in ((na, nb), (nb, na)):
-            self._add_peer(me, other.peer_id, proto)
+        for me, other in ((na, nb), (nb, na)):  # a dialled b
+            self._add_peer(me, other.peer_id, proto, me is na)
 
-    def _add_peer(self, node: SimNode, peer: PeerId, proto: str) -> None:
+    def _add_peer(self, node: SimNode, peer: PeerId, proto: str, outbound: bool) -> None:
         if node.paused:
-            node.paused_inbox.append(lambda: self._add_peer(node, peer, proto))
+            node.paused_inbox.append(lambda: self._add_peer(node, peer, proto, outbound))
         elif node.engine is not None:
-            self._emit(node, node.engine.add_peer(self.now, peer, proto))
+            self._emit(node, node.engine.add_peer(self.now, peer, proto, outbound=outbound))
 
     def _on_disconnected(self, name: str, peer: str, epoch: int) -> None:
         """`name` notices its connection to `peer` is gone, unless a newer

@@ -14,6 +14,9 @@ from node.engine.api import Router, protocol_order
 from node.engine.authenticity import Authenticity
 from node.engine.floodsub import FloodSubParams, FloodSubRouter
 from node.engine.gossipsub import GossipSubParams, GossipSubRouter
+from node.engine.gossipsub_config import GossipSubV11Params, GossipSubV12Params
+from node.engine.gossipsub_v11 import GossipSubV11Router
+from node.engine.gossipsub_v12 import GossipSubV12Router
 from node.engine.randomsub import RandomSubParams, RandomSubRouter
 from node.engine.simsub import SimSubParams, SimSubRouter
 from node.wire import PeerId
@@ -62,6 +65,8 @@ ROUTERS: dict[str, RouterKind] = {
     "randomsub": RouterKind("randomsub", RandomSubParams, RandomSubRouter),
     "meshsub": RouterKind("meshsub", GossipSubParams, GossipSubRouter, {"gossip": False}, "D_low"),
     "gossipsub": RouterKind("gossipsub", GossipSubParams, GossipSubRouter, {"gossip": True}, "D_low"),
+    "gossipsub-v1.1": RouterKind("gossipsub-v1.1", GossipSubV11Params, GossipSubV11Router, {"gossip": True}, "D_low"),
+    "gossipsub-v1.2": RouterKind("gossipsub-v1.2", GossipSubV12Params, GossipSubV12Router, {"gossip": True}, "D_low"),
     "simsub": RouterKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True),
 }
 

@@ -106,34 +106,20 @@ class TopicScoreParams:
 
 
 @dataclass(frozen=True)
-class PeerScoreParams:
-    """The peer-wide parameters (P5, P6, P7, topic cap, decay, retention)
-    and the topics' parameters: `Topics` by topic name, `DefaultTopic` for
-    any topic not named (None: unnamed topics do not count).
-    `AppSpecificScore` is P5 by peer id (peers not listed: 0);
-    `IPColocationFactorWhitelist` lists networks (CIDR) exempt from P6."""
+class PeerScoreWeights:
+    """The parameters that apply to a peer as a whole: P5, P6, P7, the
+    topic cap, decay and retention."""
 
-    Topics: Mapping[str, TopicScoreParams] = field(default_factory=dict)
-    DefaultTopic: TopicScoreParams | None = None
     TopicScoreCap: float = 0.0
-    AppSpecificScore: Mapping[bytes, float] = field(default_factory=dict)
     AppSpecificWeight: float = 0.0
     IPColocationFactorWeight: float = 0.0
     IPColocationFactorThreshold: int = 1
-    IPColocationFactorWhitelist: tuple[str, ...] = ()
     BehaviourPenaltyWeight: float = 0.0
     BehaviourPenaltyThreshold: float = 0.0
     BehaviourPenaltyDecay: float = 1.0
     DecayInterval: float = 1.0
     DecayToZero: float = 0.01
     RetainScore: float = 0.0
-
-    def topic(self, topic: str) -> TopicScoreParams | None:
-        return self.Topics.get(topic, self.DefaultTopic)
-
-    def whitelisted(self, ip: str) -> bool:
-        address = ipaddress.ip_address(ip)
-        return any(address in ipaddress.ip_network(net) for net in self.IPColocationFactorWhitelist)
 
     def check(self) -> None:
         if self.TopicScoreCap < 0:
@@ -144,11 +130,6 @@ class PeerScoreParams:
             raise ValueError(f"IPColocationFactorWeight must not be positive, got {self.IPColocationFactorWeight}")
         if self.IPColocationFactorThreshold < 1:
             raise ValueError(f"IPColocationFactorThreshold must be at least 1, got {self.IPColocationFactorThreshold}")
-        for net in self.IPColocationFactorWhitelist:
-            try:
-                ipaddress.ip_network(net)
-            except ValueError:
-                raise ValueError(f"IPColocationFactorWhitelist: {net!r} is not a network like 10.0.0.0/8") from None
         if self.BehaviourPenaltyWeight > 0:
             raise ValueError(f"BehaviourPenaltyWeight must not be positive, got {self.BehaviourPenaltyWeight}")
         if self.BehaviourPenaltyThreshold < 0:
@@ -160,5 +141,33 @@ class PeerScoreParams:
             raise ValueError(f"DecayToZero must be in (0, 1), got {self.DecayToZero}")
         if self.RetainScore < 0:
             raise ValueError(f"RetainScore must not be negative, got {self.RetainScore}")
+
+
+@dataclass(frozen=True)
+class PeerScoreParams(PeerScoreWeights):
+    """The peer-wide weights and the topics' parameters: `Topics` by topic
+    name, `DefaultTopic` for any topic not named (None: unnamed topics do
+    not count). `AppSpecificScore` is P5 by peer id (peers not listed: 0);
+    `IPColocationFactorWhitelist` lists networks (CIDR) exempt from P6."""
+
+    Topics: Mapping[str, TopicScoreParams] = field(default_factory=dict)
+    DefaultTopic: TopicScoreParams | None = None
+    AppSpecificScore: Mapping[bytes, float] = field(default_factory=dict)
+    IPColocationFactorWhitelist: tuple[str, ...] = ()
+
+    def topic(self, topic: str) -> TopicScoreParams | None:
+        return self.Topics.get(topic, self.DefaultTopic)
+
+    def whitelisted(self, ip: str) -> bool:
+        address = ipaddress.ip_address(ip)
+        return any(address in ipaddress.ip_network(net) for net in self.IPColocationFactorWhitelist)
+
+    def check(self) -> None:
+        super().check()
+        for net in self.IPColocationFactorWhitelist:
+            try:
+                ipaddress.ip_network(net)
+            except ValueError:
+                raise ValueError(f"IPColocationFactorWhitelist: {net!r} is not a network like 10.0.0.0/8") from None
         for params in (*self.Topics.values(), *([self.DefaultTopic] if self.DefaultTopic else [])):
             params.check()
