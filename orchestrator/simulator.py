@@ -182,8 +182,8 @@ class Simulator:
         for msg in out.deliveries:
             self._on_delivered(node, msg)
         if not out.sends:
-            if out.trace:
-                self.sink.write(node.name, node.peer_id, out.trace)
+            if out.trace or out.scores:
+                self.sink.write(node.name, node.peer_id, out.trace, (self.now, out.scores))
             return
         now = self.now
         stats = self.stats
@@ -219,7 +219,7 @@ class Simulator:
             conn.last_arrival = arrival
             self._seq += 1
             heapq.heappush(heap, (arrival, _RPC, self._seq, node, conn.peer, (conn.epoch, rpc)))
-        self.sink.write(node.name, node.peer_id, events)
+        self.sink.write(node.name, node.peer_id, events, (now, out.scores))
 
     # Handlers
 

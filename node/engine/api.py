@@ -63,12 +63,15 @@ class TraceEvent:
 class Output:
     """`dials`: peers the router asks its runtime to connect to (gossipsub
     v1.1 peer exchange and explicit peers); a runtime that cannot dial by
-    peer id alone ignores them."""
+    peer id alone ignores them. `scores`: at a heartbeat of a router that
+    scores its peers, each peer's score and components (node/scorefile.py's
+    columns after time and peer)."""
 
     sends: tuple[tuple[PeerId, Rpc], ...] = ()
     deliveries: tuple[Message, ...] = ()
     trace: tuple[TraceEvent, ...] = ()
     dials: tuple[PeerId, ...] = ()
+    scores: tuple[tuple[PeerId, tuple[float, ...]], ...] = ()
 
 
 class Router(Protocol):
@@ -122,6 +125,7 @@ class OutputBuilder:
         self.deliveries: list[Message] = []
         self.trace: list[TraceEvent] = []
         self.dials: list[PeerId] = []
+        self.scores: list[tuple[PeerId, tuple[float, ...]]] = []
 
     def _to(self, peer: PeerId) -> _Pending:
         pending = self._pending.get(peer)
@@ -167,4 +171,4 @@ class OutputBuilder:
     def build(self) -> Output:
         sends = [(peer, pending.rpc()) for peer, pending in self._urgent.items()]
         sends += [(peer, pending.rpc()) for peer, pending in self._pending.items()]
-        return Output(tuple(sends), tuple(self.deliveries), tuple(self.trace), tuple(self.dials))
+        return Output(tuple(sends), tuple(self.deliveries), tuple(self.trace), tuple(self.dials), tuple(self.scores))

@@ -346,6 +346,7 @@ class GossipSubV11Router(GossipSubRouter):
         self._apply_iwant_penalties(out.now)
         self._explicit_peering(out)
         super()._heartbeat(out)
+        out.scores.extend((peer, self.score.components(peer)) for peer in sorted(self.peers))
 
     def _score_decay(self, now: int) -> None:
         """Parameter Decay, every DecayInterval (checked at each heartbeat)."""

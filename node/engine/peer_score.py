@@ -22,6 +22,7 @@ tests/test_peer_score.py:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from node.engine.api import NS
 from node.engine.authenticity import (
@@ -83,8 +84,7 @@ class DeliveryRecord:
     peers: set[PeerId] = field(default_factory=set)
 
 
-@dataclass(frozen=True)
-class ScoreComponents:
+class ScoreComponents(NamedTuple):
     """One peer's score and its parts (the per-heartbeat score file):
     P1..P4 summed over topics with their topic weights, the rest as the
     spec's weighted terms."""
