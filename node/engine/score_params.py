@@ -18,15 +18,22 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+
+def signed(default: float) -> Any:
+    """A parameter that may be negative (thresholds and penalty weights);
+    experiment files accept negative values only for these."""
+    return field(default=default, metadata={"signed": True})
 
 
 @dataclass(frozen=True)
 class ScoreThresholds:
     """"Score Thresholds"; the spec's constraints are `check`'s."""
 
-    GossipThreshold: float = -10.0
-    PublishThreshold: float = -50.0
-    GraylistThreshold: float = -80.0
+    GossipThreshold: float = signed(-10.0)
+    PublishThreshold: float = signed(-50.0)
+    GraylistThreshold: float = signed(-80.0)
     AcceptPXThreshold: float = 10.0
     OpportunisticGraftThreshold: float = 20.0
 
@@ -63,15 +70,15 @@ class TopicScoreParams:
     FirstMessageDeliveriesWeight: float = 0.0
     FirstMessageDeliveriesDecay: float = 1.0
     FirstMessageDeliveriesCap: float = 0.0
-    MeshMessageDeliveriesWeight: float = 0.0
+    MeshMessageDeliveriesWeight: float = signed(0.0)
     MeshMessageDeliveriesDecay: float = 1.0
     MeshMessageDeliveriesThreshold: float = 0.0
     MeshMessageDeliveriesCap: float = 0.0
     MeshMessageDeliveriesActivation: float = 0.0
     MeshMessageDeliveryWindow: float = 0.0
-    MeshFailurePenaltyWeight: float = 0.0
+    MeshFailurePenaltyWeight: float = signed(0.0)
     MeshFailurePenaltyDecay: float = 1.0
-    InvalidMessageDeliveriesWeight: float = 0.0
+    InvalidMessageDeliveriesWeight: float = signed(0.0)
     InvalidMessageDeliveriesDecay: float = 1.0
 
     def check(self) -> None:
@@ -89,7 +96,7 @@ class TopicScoreParams:
             raise ValueError("MeshMessageDeliveriesThreshold must not be negative")
         if self.MeshMessageDeliveriesCap < self.MeshMessageDeliveriesThreshold:
             raise ValueError(
-                f"MeshMessageDeliveriesCap must be >= MeshMessageDeliveriesThreshold, got "
+                f"MeshMessageDeliveriesCap must be at least the delivery threshold, got "
                 f"{self.MeshMessageDeliveriesCap} < {self.MeshMessageDeliveriesThreshold}"
             )
         if self.MeshMessageDeliveriesActivation < 0 or self.MeshMessageDeliveryWindow < 0:
@@ -112,9 +119,9 @@ class PeerScoreWeights:
 
     TopicScoreCap: float = 0.0
     AppSpecificWeight: float = 0.0
-    IPColocationFactorWeight: float = 0.0
+    IPColocationFactorWeight: float = signed(0.0)
     IPColocationFactorThreshold: int = 1
-    BehaviourPenaltyWeight: float = 0.0
+    BehaviourPenaltyWeight: float = signed(0.0)
     BehaviourPenaltyThreshold: float = 0.0
     BehaviourPenaltyDecay: float = 1.0
     DecayInterval: float = 1.0
