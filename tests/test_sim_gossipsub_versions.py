@@ -8,6 +8,7 @@ import csv
 
 from node.identity import identity_for_index
 from node.scorefile import COLUMNS
+from node.tracefile import read_trace
 from test_simulator import simulate, trace_bytes
 
 SETUP = """
@@ -55,3 +56,16 @@ def test_score_file_has_a_row_per_peer_per_heartbeat(tmp_path):
 def test_v10_runs_leave_no_score_file(tmp_path):
     simulate(SETUP.format(router="gossipsub"), tmp_path / "run")
     assert not (tmp_path / "run" / "scores").exists()
+
+
+def test_analysis_reads_v12_traces_with_idontwant_as_protobuf_does(tmp_path, monkeypatch):
+    """The columnar trace decoder does not know ControlMeta.idontwant; such
+    records take its protobuf path and come out the same."""
+    from analysis import ingest
+    from test_analysis_columnar import assert_same
+
+    monkeypatch.setattr(ingest, "COLUMNAR_MIN_BYTES", 0)
+    simulate(SETUP.format(router="gossipsub-v1.2"), tmp_path / "run")
+    path = tmp_path / "run" / "traces" / "n0.pb"
+    assert any(ev.sendRPC.meta.control.idontwant for ev in read_trace(path))
+    assert assert_same(path, tmp_path).records > 0
