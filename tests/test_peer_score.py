@@ -369,3 +369,50 @@ def test_score_parameters_are_checked_against_the_spec(params, message):
 def test_thresholds_are_checked_against_the_spec(thresholds, message):
     with pytest.raises(ValueError, match=message):
         thresholds.check()
+
+
+def test_cached_scores_always_equal_a_fresh_computation():
+    """The score is cached per peer; after any sequence of inputs the cached
+    value is what computing it afresh gives."""
+    import random
+
+    rng = random.Random(5)
+    tp = TopicScoreParams(TopicWeight=1, TimeInMeshWeight=0.1, TimeInMeshQuantum=0.001, TimeInMeshCap=50,
+                          FirstMessageDeliveriesWeight=1, FirstMessageDeliveriesDecay=0.9, FirstMessageDeliveriesCap=9,
+                          MeshMessageDeliveriesWeight=-1, MeshMessageDeliveriesDecay=0.8,
+                          MeshMessageDeliveriesThreshold=3, MeshMessageDeliveriesCap=9,
+                          MeshMessageDeliveryWindow=0.002, MeshFailurePenaltyWeight=-1, MeshFailurePenaltyDecay=0.9,
+                          InvalidMessageDeliveriesWeight=-1, InvalidMessageDeliveriesDecay=0.9)
+    ps = PeerScore(PeerScoreParams(Topics={T: tp}, AppSpecificWeight=1, IPColocationFactorWeight=-1,
+                                   BehaviourPenaltyWeight=-1, BehaviourPenaltyDecay=0.9, RetainScore=0.05))
+    peers = [A, B, C, D]
+    now = 0
+    for step in range(3000):
+        now += rng.randrange(0, 3 * MS)
+        p, m = rng.choice(peers), mid(rng.randrange(40))
+        op = rng.randrange(11)
+        if op == 0:
+            ps.add_peer(p)
+        elif op == 1:
+            ps.remove_peer(now, p)
+        elif op == 2:
+            ps.graft(now, p, T)
+        elif op == 3:
+            ps.prune(p, T)
+        elif op == 4:
+            ps.validate_message(now, m)
+            ps.deliver_message(now, p, T, m)
+        elif op == 5:
+            ps.duplicate_message(now, p, T, m)
+        elif op == 6:
+            ps.reject_message(now, p, T, m, rng.choice([REJECT_VALIDATION_FAILED, REJECT_INVALID_SIGNATURE]))
+        elif op == 7:
+            ps.add_penalty(p, 1)
+        elif op == 8:
+            ps.refresh(now)
+        elif op == 9:
+            ps.set_ips(p, (rng.choice(["1.1.1.1", "2.2.2.2"]),))
+        else:
+            ps.set_app_specific_score(p, rng.uniform(-5, 5))
+        for q in peers:
+            assert ps.components(q) == ps._components(q), (step, op)

@@ -249,7 +249,7 @@ class GossipSubV11Router(GossipSubRouter):
     # Control messages
 
     def _control(self, out: OutputBuilder, peer: PeerId, control: Control) -> None:
-        score = self.score.score(peer)
+        score = self.score.score(peer) if control.graft or control.prune else 0.0
         self._on_ihave(out, peer, control)
         self._on_iwant(out, peer, control)
         self._on_grafts(out, peer, control, score)

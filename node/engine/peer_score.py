@@ -108,14 +108,18 @@ class PeerScore:
         self.peer_ips: dict[str, set[PeerId]] = {}
         self.deliveries: dict[MessageId, DeliveryRecord] = {}
         self.app_specific_score: dict[PeerId, float] = dict(params.AppSpecificScore)
+        # components() by peer, dropped whenever something it depends on changes
+        self._cached: dict[PeerId, ScoreComponents] = {}
 
     def set_app_specific_score(self, peer: PeerId, value: float) -> None:
         """P5 as the application now rates `peer`."""
         self.app_specific_score[peer] = value
+        self._cached.pop(peer, None)
 
     # Peers
 
     def add_peer(self, peer: PeerId) -> None:
+        self._cached.pop(peer, None)
         stats = self.peer_stats.get(peer)
         if stats is None:
             stats = self.peer_stats[peer] = PeerStats()
@@ -131,6 +135,7 @@ class PeerScore:
         if self.score(peer) > 0:
             self._forget(peer)
             return
+        self._cached.pop(peer, None)
         for topic, tstats in stats.topics.items():
             tstats.first_message_deliveries = 0.0
             tparams = self.params.topic(topic)
@@ -145,6 +150,7 @@ class PeerScore:
         stats = self.peer_stats.get(peer)
         if stats is None:
             return
+        self._cached.clear()  # P6 of every peer sharing an address changes
         for ip in stats.ips:
             self.peer_ips.get(ip, set()).discard(peer)
         stats.ips = tuple(ips)
@@ -154,6 +160,7 @@ class PeerScore:
     def _forget(self, peer: PeerId) -> None:
         self.set_ips(peer, ())
         del self.peer_stats[peer]
+        self._cached.pop(peer, None)
 
     def _topic_stats(self, peer: PeerId, topic: str) -> TopicStats | None:
         stats = self.peer_stats.get(peer)
@@ -170,6 +177,7 @@ class PeerScore:
         tstats = self._topic_stats(peer, topic)
         if tstats is None:
             return
+        self._cached.pop(peer, None)
         tstats.in_mesh = True
         tstats.graft_time = now
         tstats.mesh_time = 0
@@ -181,6 +189,7 @@ class PeerScore:
         tparams = self.params.topic(topic)
         if tstats is None or tparams is None:
             return
+        self._cached.pop(peer, None)
         self._apply_mesh_failure_penalty(tstats, tparams)
         tstats.in_mesh = False
 
@@ -260,6 +269,7 @@ class PeerScore:
         tparams = self.params.topic(topic)
         if tstats is None or tparams is None:
             return
+        self._cached.pop(peer, None)
         tstats.first_message_deliveries = min(
             tstats.first_message_deliveries + 1, tparams.FirstMessageDeliveriesCap
         )
@@ -276,11 +286,13 @@ class PeerScore:
             return
         if validated is not None and now - validated > round(tparams.MeshMessageDeliveryWindow * NS):
             return
+        self._cached.pop(peer, None)
         tstats.mesh_message_deliveries = min(tstats.mesh_message_deliveries + 1, tparams.MeshMessageDeliveriesCap)
 
     def _mark_invalid_message_delivery(self, peer: PeerId, topic: str) -> None:
         tstats = self._topic_stats(peer, topic)
         if tstats is not None:
+            self._cached.pop(peer, None)
             tstats.invalid_message_deliveries += 1
 
     # P7
@@ -289,6 +301,7 @@ class PeerScore:
         stats = self.peer_stats.get(peer)
         if stats is not None:
             stats.behaviour_penalty += count
+            self._cached.pop(peer, None)
 
     # Decay
 
@@ -298,6 +311,7 @@ class PeerScore:
         mesh is brought up to date; retained scores past RetainScore are
         forgotten, the others do not decay."""
         to_zero = self.params.DecayToZero
+        self._cached.clear()
         for peer in list(self.peer_stats):
             stats = self.peer_stats[peer]
             if not stats.connected:
@@ -328,6 +342,12 @@ class PeerScore:
         return self.components(peer).score
 
     def components(self, peer: PeerId) -> ScoreComponents:
+        cached = self._cached.get(peer)
+        if cached is None:
+            cached = self._cached[peer] = self._components(peer)
+        return cached
+
+    def _components(self, peer: PeerId) -> ScoreComponents:
         """Score(p) = TopicCap(sum of t_i * (w1 P1 + w2 P2 + w3 P3 + w3b P3b
         + w4 P4)) + w5 P5 + w6 P6 + w7 P7."""
         stats = self.peer_stats.get(peer)
