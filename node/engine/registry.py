@@ -26,7 +26,8 @@ from node.wire import PeerId
 class RouterKind:
     """`mesh_low_key`: the parameter that is the mesh's low-water mark (None:
     the router keeps no mesh), and its default; `mesh_any_topic`: the router
-    meshes with peers whatever their topics (simsub's single overlay)."""
+    meshes with peers whatever their topics (simsub's single overlay);
+    `scores_peers`: the router keeps peer scores (node/scorefile.py)."""
 
     name: str
     params: type
@@ -34,6 +35,7 @@ class RouterKind:
     fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     mesh_low_key: str | None = None
     mesh_any_topic: bool = False
+    scores_peers: bool = False  # records peer scores each heartbeat (gossipsub v1.1+)
 
     @property
     def meshes(self) -> bool:
@@ -65,8 +67,10 @@ ROUTERS: dict[str, RouterKind] = {
     "randomsub": RouterKind("randomsub", RandomSubParams, RandomSubRouter),
     "meshsub": RouterKind("meshsub", GossipSubParams, GossipSubRouter, {"gossip": False}, "D_low"),
     "gossipsub": RouterKind("gossipsub", GossipSubParams, GossipSubRouter, {"gossip": True}, "D_low"),
-    "gossipsub-v1.1": RouterKind("gossipsub-v1.1", GossipSubV11Params, GossipSubV11Router, {"gossip": True}, "D_low"),
-    "gossipsub-v1.2": RouterKind("gossipsub-v1.2", GossipSubV12Params, GossipSubV12Router, {"gossip": True}, "D_low"),
+    "gossipsub-v1.1": RouterKind("gossipsub-v1.1", GossipSubV11Params, GossipSubV11Router, {"gossip": True}, "D_low",
+                                 scores_peers=True),
+    "gossipsub-v1.2": RouterKind("gossipsub-v1.2", GossipSubV12Params, GossipSubV12Router, {"gossip": True}, "D_low",
+                                 scores_peers=True),
     "simsub": RouterKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True),
 }
 

@@ -67,6 +67,7 @@ from node.libp2p.poller import ReadPoller
 from node.runtime.lag import LagMeter
 from node.runtime.peer import PeerLink
 from node.runtime.shaper import LinkShaper, Uplink
+from node.scorefile import ScoreFile
 from node.tracefile import TraceWriter, rpc_event
 from node.wire import Rpc, RpcDecoder, encode_rpc
 
@@ -102,6 +103,7 @@ class Node:
         self.peer_ids = {name: pid for pid, name in self.names.items()}
         self.shaping = {peer_id_from_b58(pid): shape for pid, shape in cfg.shaping.items()}
         self.trace = trace or TraceWriter(Path(cfg.trace_path), cfg.peer_id)
+        self.scores = ScoreFile(Path(cfg.scores_path)) if cfg.scores_path else None
         self.lag = LagMeter()
         self.lag_path = Path(cfg.lag_path or cfg.trace_path + ".lag.json")
         self.uplink = Uplink(cfg.uplink_bps)
@@ -155,6 +157,8 @@ class Node:
                 nursery.cancel_scope.cancel()
         finally:
             self.trace.close()
+            if self.scores is not None:
+                self.scores.close()
             self.lag.write(self.lag_path, self.name)
             log.info("%s stopped (%s)", self.name, dict(self.counters))
 
@@ -398,6 +402,8 @@ class Node:
                 events.append(rpc_event(TraceType.SEND_RPC, now, peer, rpc))
         if out.deliveries:
             self.counters["delivered"] += len(out.deliveries)
+        if out.scores and self.scores is not None:
+            self.scores.write(now, out.scores)
         if events and not self.trace_error:  # after a failed write nothing more: the trace stays readable
             try:
                 self.trace.write(events)
