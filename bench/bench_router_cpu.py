@@ -94,7 +94,8 @@ SCORING = {
 }
 
 
-def experiment(k: int, degree: int, latency_ms: float = 0.0, router: str = OURS) -> ResolvedExperiment:
+def experiment(k: int, degree: int, latency_ms: float = 0.0, router: str = OURS,
+               weights: bool = True) -> ResolvedExperiment:
     names = [f"n{i:03d}" for i in range(k)]
     rng = random.Random(1)
     edges: set[tuple[str, str]] = set()
@@ -103,7 +104,7 @@ def experiment(k: int, degree: int, latency_ms: float = 0.0, router: str = OURS)
         for b in rng.sample(names, min(k, degree // 2)):
             if b != a:
                 edges.add(tuple(sorted((a, b))))
-    params = SCORING if router in OUR_ROUTERS[1:] else {}
+    params = SCORING if weights and router in OUR_ROUTERS[1:] else {}
     nodes = tuple(NodeSpec(name, "default", router, params, (TOPIC,), i) for i, name in enumerate(names))
     return ResolvedExperiment(
         name=f"bench-cpu-{k}", source="bench/bench_router_cpu.py", seed=1, nodes=nodes,
@@ -229,9 +230,9 @@ def exit_cost(ctl: Controller) -> dict:
 
 
 def bench(k: int, degree: int, messages: int, rate: float, size: int, rest_s: float, latency_ms: float,
-          router: str = OURS) -> dict:
+          router: str = OURS, weights: bool = True) -> dict:
     """K routers of `router` on the process backend, driven as `testbed up` does."""
-    resolved = experiment(k, degree, latency_ms, router)
+    resolved = experiment(k, degree, latency_ms, router, weights)
     run_dir = Path(tempfile.mkdtemp(prefix=f"bench-cpu-{router}-{k}-"))
     ctl = Controller.create(resolved, None, "process", f"bench-cpu-{k}-{int(time.time())}", run_dir)
     result: dict = {"routers": k, "edges": len(resolved.edges), "messages": messages, "rate": rate, "size": size,
@@ -422,6 +423,8 @@ def main() -> None:
                          "host without netem (py-libp2p cannot be shaped here, so it is skipped)")
     ap.add_argument("--ours", choices=OUR_ROUTERS, default=OURS,
                     help="which of our routers (v1.1 and v1.2 with score weights set: SCORING)")
+    ap.add_argument("--no-weights", action="store_true",
+                    help="v1.1/v1.2 with every score weight 0: the scoring machinery runs, the scores stay 0")
     ap.add_argument("--no-pylibp2p", action="store_true", help="do not measure py-libp2p")
     ap.add_argument("--rust-libp2p", action="store_true",
                     help="also measure rust-libp2p routers in the same harness "
@@ -430,7 +433,7 @@ def main() -> None:
     args = ap.parse_args()
     code = str(Path(node.__file__).resolve().parent.parent)
     work = (args.degree, args.messages, args.rate, args.size, args.rest)
-    results = [progress("ours", bench(k, *work, args.latency, args.ours)) for k in args.routers]
+    results = [progress("ours", bench(k, *work, args.latency, args.ours, not args.no_weights)) for k in args.routers]
     skipped = ("--no-pylibp2p" if args.no_pylibp2p else
                "--latency: py-libp2p's links cannot be shaped on the process backend" if args.latency else
                pylibp2p_missing())
