@@ -40,6 +40,7 @@ worktree's routers (the `code` line says which).
     .venv/bin/python bench/bench_router_cpu.py --no-pylibp2p                 # ours only
     .venv/bin/python bench/bench_router_cpu.py --routers 50 --latency 30     # ours, links shaped in the router
     .venv/bin/python bench/bench_router_cpu.py --routers 50 --no-pylibp2p --rust-libp2p
+    .venv/bin/python bench/bench_router_cpu.py --ours gossipsub-v1.2 --no-pylibp2p  # v1.2, scoring on
 """
 
 from __future__ import annotations
@@ -79,9 +80,26 @@ PYLIBP2P_ADAPTER = ROOT / "adapters" / "py-libp2p" / "adapter.py"
 PY_PARAMS = {"D": 6, "D_low": 4, "D_high": 12, "heartbeat_interval": 1.0}
 TOPIC = "t"
 OURS, RUST = "gossipsub", "rust-libp2p"
+OUR_ROUTERS = (OURS, "gossipsub-v1.1", "gossipsub-v1.2")
+# --ours gossipsub-v1.1/v1.2 run with these score weights, so that every
+# delivery, graft and heartbeat does the scoring work (P1, P2, P3's counters,
+# P3b, P4, P7). P3 weighs 0: on loopback through the runtime many duplicates
+# from mesh peers arrive outside the 10 ms near-first window, and a negative P3
+# weight prunes those peers (measured: 3199 transmissions for 1800 deliveries
+# instead of about 9000): that compares another mesh, not the cost of scoring.
+SCORING = {
+    "TopicWeight": 1.0, "TimeInMeshWeight": 0.01, "TimeInMeshQuantum": 1.0, "TimeInMeshCap": 10.0,
+    "FirstMessageDeliveriesWeight": 1.0, "FirstMessageDeliveriesDecay": 0.9, "FirstMessageDeliveriesCap": 20.0,
+    "MeshMessageDeliveriesWeight": 0.0, "MeshMessageDeliveriesDecay": 0.9, "MeshMessageDeliveriesThreshold": 1.0,
+    "MeshMessageDeliveriesCap": 20.0, "MeshMessageDeliveriesActivation": 5.0, "MeshMessageDeliveryWindow": 0.01,
+    "MeshFailurePenaltyWeight": -0.1, "MeshFailurePenaltyDecay": 0.9,
+    "InvalidMessageDeliveriesWeight": -10.0, "InvalidMessageDeliveriesDecay": 0.9,
+    "BehaviourPenaltyWeight": -1.0, "BehaviourPenaltyDecay": 0.9,
+}
 
 
-def experiment(k: int, degree: int, latency_ms: float = 0.0, router: str = OURS) -> ResolvedExperiment:
+def experiment(k: int, degree: int, latency_ms: float = 0.0, router: str = OURS,
+               weights: bool = True) -> ResolvedExperiment:
     names = [f"n{i:03d}" for i in range(k)]
     rng = random.Random(1)
     edges: set[tuple[str, str]] = set()
@@ -90,7 +108,8 @@ def experiment(k: int, degree: int, latency_ms: float = 0.0, router: str = OURS)
         for b in rng.sample(names, min(k, degree // 2)):
             if b != a:
                 edges.add(tuple(sorted((a, b))))
-    nodes = tuple(NodeSpec(name, "default", router, {}, (TOPIC,), i) for i, name in enumerate(names))
+    params = SCORING if weights and router in OUR_ROUTERS[1:] else {}
+    nodes = tuple(NodeSpec(name, "default", router, params, (TOPIC,), i) for i, name in enumerate(names))
     return ResolvedExperiment(
         name=f"bench-cpu-{k}", source="bench/bench_router_cpu.py", seed=1, nodes=nodes,
         edges=tuple(sorted(edges)), links={}, default_link=LinkParams(latency_ms), publishes=(), churn=(),
@@ -140,7 +159,7 @@ def statuses(ctl: Controller) -> dict[str, dict]:
 def received(counters: dict, router: str) -> int:
     """Messages a router delivered that it did not publish: ours counts its
     own publishes as delivered (go's local delivery), rust-libp2p does not."""
-    return counters["delivered"] - (counters["published"] if router == OURS else 0)
+    return counters["delivered"] - (counters["published"] if router in OUR_ROUTERS else 0)
 
 
 def snapshot(ctl: Controller, router: str) -> dict:
@@ -215,9 +234,9 @@ def exit_cost(ctl: Controller) -> dict:
 
 
 def bench(k: int, degree: int, messages: int, rate: float, size: int, rest_s: float, latency_ms: float,
-          router: str = OURS) -> dict:
+          router: str = OURS, weights: bool = True) -> dict:
     """K routers of `router` on the process backend, driven as `testbed up` does."""
-    resolved = experiment(k, degree, latency_ms, router)
+    resolved = experiment(k, degree, latency_ms, router, weights)
     run_dir = Path(tempfile.mkdtemp(prefix=f"bench-cpu-{router}-{k}-"))
     ctl = Controller.create(resolved, None, "process", f"bench-cpu-{k}-{int(time.time())}", run_dir)
     result: dict = {"routers": k, "edges": len(resolved.edges), "messages": messages, "rate": rate, "size": size,
@@ -406,6 +425,10 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.0, metavar="MS",
                     help="one-way latency of every link, applied by our routers' user-space shaper as on a "
                          "host without netem (py-libp2p cannot be shaped here, so it is skipped)")
+    ap.add_argument("--ours", choices=OUR_ROUTERS, default=OURS,
+                    help="which of our routers (v1.1 and v1.2 with score weights set: SCORING)")
+    ap.add_argument("--no-weights", action="store_true",
+                    help="v1.1/v1.2 with every score weight 0: the scoring machinery runs, the scores stay 0")
     ap.add_argument("--no-pylibp2p", action="store_true", help="do not measure py-libp2p")
     ap.add_argument("--rust-libp2p", action="store_true",
                     help="also measure rust-libp2p routers in the same harness "
@@ -414,7 +437,7 @@ def main() -> None:
     args = ap.parse_args()
     code = str(Path(node.__file__).resolve().parent.parent)
     work = (args.degree, args.messages, args.rate, args.size, args.rest)
-    results = [progress("ours", bench(k, *work, args.latency)) for k in args.routers]
+    results = [progress("ours", bench(k, *work, args.latency, args.ours, not args.no_weights)) for k in args.routers]
     skipped = ("--no-pylibp2p" if args.no_pylibp2p else
                "--latency: py-libp2p's links cannot be shaped on the process backend" if args.latency else
                pylibp2p_missing())

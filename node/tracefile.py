@@ -49,7 +49,9 @@ def _rpc_meta(meta: trace_pb2.TraceEvent.RPCMeta, rpc: Rpc) -> None:
         for graft in rpc.control.graft:
             ctl.graft.add(topic=graft.topic)
         for prune in rpc.control.prune:
-            ctl.prune.add(topic=prune.topic)
+            ctl.prune.add(topic=prune.topic, peers=prune.peers)
+        for idontwant in rpc.control.idontwant:
+            ctl.idontwant.add(messageIDs=idontwant.message_ids)
 
 
 def to_proto(ev: TraceEvent, self_id: PeerId) -> trace_pb2.TraceEvent:

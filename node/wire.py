@@ -105,7 +105,19 @@ class Graft:
 
 @dataclass(frozen=True, slots=True)
 class Prune:
+    """`peers` (peer exchange) and `backoff` (seconds) are gossipsub v1.1's;
+    a v1.0 PRUNE has neither."""
+
     topic: str
+    peers: tuple[PeerId, ...] = ()
+    backoff: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IDontWant:
+    """gossipsub v1.2: the sender already has these messages."""
+
+    message_ids: tuple[MessageId, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +126,10 @@ class Control:
     iwant: tuple[IWant, ...] = ()
     graft: tuple[Graft, ...] = ()
     prune: tuple[Prune, ...] = ()
+    idontwant: tuple[IDontWant, ...] = ()
 
     def is_empty(self) -> bool:
-        return not (self.ihave or self.iwant or self.graft or self.prune)
+        return not (self.ihave or self.iwant or self.graft or self.prune or self.idontwant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +159,13 @@ def encode_rpc(rpc: Rpc) -> bytes:
         for graft in rpc.control.graft:
             ctl.graft.add(topicID=graft.topic)
         for prune in rpc.control.prune:
-            ctl.prune.add(topicID=prune.topic)
+            pb_prune = ctl.prune.add(topicID=prune.topic)
+            for peer in prune.peers:
+                pb_prune.peers.add(peerID=peer)
+            if prune.backoff is not None:
+                pb_prune.backoff = prune.backoff
+        for idontwant in rpc.control.idontwant:
+            ctl.idontwant.add(messageIDs=idontwant.message_ids)
     return pb.SerializeToString()
 
 
@@ -203,7 +222,12 @@ def decode_rpc(data: bytes, message_id_function: str = FROM_SEQNO) -> Rpc:
                 ihave=tuple(IHave(_text(i.topicID), tuple(i.messageIDs)) for i in c.ihave),
                 iwant=tuple(IWant(tuple(i.messageIDs)) for i in c.iwant),
                 graft=tuple(Graft(_text(g.topicID)) for g in c.graft),
-                prune=tuple(Prune(_text(p.topicID)) for p in c.prune),
+                prune=tuple(
+                    Prune(_text(p.topicID), tuple(i.peerID for i in p.peers),
+                          p.backoff if p.HasField("backoff") else None)
+                    for p in c.prune
+                ),
+                idontwant=tuple(IDontWant(tuple(i.messageIDs)) for i in c.idontwant),
             )
     except (ValueError, UnicodeDecodeError) as exc:
         raise WireError(f"RPC with invalid field contents: {exc}") from None
@@ -293,7 +317,13 @@ def _control_size(control: Control) -> int:
     for graft in control.graft:
         size += _field(_str_field(graft.topic))
     for prune in control.prune:
-        size += _field(_str_field(prune.topic))
+        size += _field(
+            _str_field(prune.topic)
+            + sum(_field(_optional_field(len(peer))) for peer in prune.peers)
+            + (0 if prune.backoff is None else 1 + _varint_len(prune.backoff))
+        )
+    for idontwant in control.idontwant:
+        size += _field(sum(_field(len(m)) for m in idontwant.message_ids))
     return size
 
 

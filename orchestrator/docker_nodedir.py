@@ -35,6 +35,7 @@ CONFIG = "config.json"
 TRACE = "trace.pb"
 LAG = "lag.json"
 LOG = "node.log"
+SCORES = "scores.csv"
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,10 @@ def prepare(run_dir: Path, config: NodeConfig, user: NodeUser) -> NodeConfig:
     _link(config.trace_path, d / TRACE, run_dir, "trace_path")
     _link(config.lag_path or config.trace_path + ".lag.json", d / LAG, run_dir, "lag_path")
     _link(str(run_dir / "node-logs" / f"{config.name}.log"), d / LOG, run_dir, "log")
-    seen = dataclasses.replace(config, trace_path=inside(TRACE), lag_path=inside(LAG))
+    if config.scores_path:
+        _link(config.scores_path, d / SCORES, run_dir, "scores_path")
+    seen = dataclasses.replace(config, trace_path=inside(TRACE), lag_path=inside(LAG),
+                               scores_path=inside(SCORES) if config.scores_path else "")
     cfg = d / CONFIG
     fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the testbed token
     with os.fdopen(fd, "w") as f:

@@ -14,7 +14,7 @@ from node.dilation import DilatedClock
 from orchestrator.backend import Backend, NodeAddress, ShapingCapabilities
 from orchestrator.errors import TestbedError
 from orchestrator.experiment.model import LinkParams, ResolvedExperiment
-from orchestrator.foreign import is_bare
+from orchestrator.foreign import is_bare, router_kind
 from orchestrator.peers import node_indices, peer_ids_b58
 
 
@@ -78,6 +78,7 @@ def build_configs(
             default_shape=user_shape(resolved.default_link, caps),
             uplink_bps=None if caps.kernel_rate else spec.uplink_bps,
             lag_path=str(run_dir / "node-logs" / f"{me}.lag.json"),
+            scores_path=str(run_dir / "scores" / f"{me}.csv") if router_kind(spec.router).scores_peers else "",
             security=resolved.security, authenticity=resolved.authenticity, message_id=resolved.message_id,
             time_dilation=clock.factor, clock_epoch_ns=clock.epoch_ns,
         )

@@ -1,6 +1,8 @@
 """The simulator's trace output: every node's events, encoded as
 go-libp2p-pubsub's PBTracer writes them, appended to traces/<node>.pb, with
-the encoding done beside the simulation rather than in its way."""
+the encoding done beside the simulation rather than in its way; and the
+per-heartbeat peer scores of routers that score, in scores/<node>.csv
+(node/scorefile.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from node.engine.api import TraceEvent
+from node.scorefile import ScoreFile, ScoreRows
 from node.tracefile import EventEncoder
 from node.wire import PeerId
 
@@ -34,8 +37,16 @@ class TraceSink:
         self._count = 0
         self._child: int | None = None
         self._in_child: dict[str, tuple[PeerId, list[TraceEvent]]] = {}
+        self._score_files: dict[str, ScoreFile] = {}
 
-    def write(self, node: str, peer_id: PeerId, events: Sequence[TraceEvent]) -> None:
+    def write(self, node: str, peer_id: PeerId, events: Sequence[TraceEvent],
+              scores: tuple[int, ScoreRows] = (0, ())) -> None:
+        """`scores`: the time and rows of a heartbeat's peer scores."""
+        if scores[1]:
+            score_file = self._score_files.get(node)
+            if score_file is None:
+                score_file = self._score_files[node] = ScoreFile(self.dir.parent / "scores" / f"{node}.csv")
+            score_file.write(*scores)
         entry = self._pending.get(node)
         if entry is None:
             entry = self._pending[node] = (peer_id, [])
@@ -47,6 +58,8 @@ class TraceSink:
     def close(self) -> None:
         """Write out everything collected so far and wait for it."""
         self._hand_off(background=False)
+        for score_file in self._score_files.values():
+            score_file.close()
 
     def _hand_off(self, background: bool) -> None:
         self._wait()

@@ -182,8 +182,8 @@ class Simulator:
         for msg in out.deliveries:
             self._on_delivered(node, msg)
         if not out.sends:
-            if out.trace:
-                self.sink.write(node.name, node.peer_id, out.trace)
+            if out.trace or out.scores:
+                self.sink.write(node.name, node.peer_id, out.trace, (self.now, out.scores))
             return
         now = self.now
         stats = self.stats
@@ -219,7 +219,7 @@ class Simulator:
             conn.last_arrival = arrival
             self._seq += 1
             heapq.heappush(heap, (arrival, _RPC, self._seq, node, conn.peer, (conn.epoch, rpc)))
-        self.sink.write(node.name, node.peer_id, events)
+        self.sink.write(node.name, node.peer_id, events, (now, out.scores))
 
     # Handlers
 
@@ -264,14 +264,14 @@ class Simulator:
         na.conns[nb.peer_id] = Conn(self._epoch, nb, latency, jitter, link.loss)
         nb.conns[na.peer_id] = Conn(self._epoch, na, latency, jitter, link.loss)
         self.stats.connect += 1
-        for me, other in ((na, nb), (nb, na)):
-            self._add_peer(me, other.peer_id, proto)
+        for me, other in ((na, nb), (nb, na)):  # a dialled b
+            self._add_peer(me, other.peer_id, proto, me is na)
 
-    def _add_peer(self, node: SimNode, peer: PeerId, proto: str) -> None:
+    def _add_peer(self, node: SimNode, peer: PeerId, proto: str, outbound: bool) -> None:
         if node.paused:
-            node.paused_inbox.append(lambda: self._add_peer(node, peer, proto))
+            node.paused_inbox.append(lambda: self._add_peer(node, peer, proto, outbound))
         elif node.engine is not None:
-            self._emit(node, node.engine.add_peer(self.now, peer, proto))
+            self._emit(node, node.engine.add_peer(self.now, peer, proto, outbound=outbound))
 
     def _on_disconnected(self, name: str, peer: str, epoch: int) -> None:
         """`name` notices its connection to `peer` is gone, unless a newer

@@ -17,7 +17,8 @@ which also fires each engine's heartbeat at `first_heartbeat` and every
 `heartbeat_interval` after it, as the simulator does.
 
 Everything an engine emits is kept: `sent` (every RPC handed to a link),
-`deliveries`, and `trace` per node (engine events plus the SEND_RPC events the
+`deliveries`, `dials` (peers an engine asked to connect to, not acted on),
+and `trace` per node (engine events plus the SEND_RPC events the
 runtime would record), which `write_traces` writes as trace files.
 """
 
@@ -34,7 +35,7 @@ from typing import Any
 from node.engine import Output, TraceEvent, TraceType, make_router
 from node.engine.registry import negotiate
 from node.tracefile import TraceWriter, rpc_event
-from node.wire import Control, Graft, IHave, IWant, Message, MessageId, PeerId, Prune, Rpc, SubOpts
+from node.wire import Control, Graft, IDontWant, IHave, IWant, Message, MessageId, PeerId, Prune, Rpc, SubOpts
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -95,6 +96,7 @@ class Network:
         self.sent: list[Sent] = []
         self.deliveries: dict[str, list[Message]] = {n: [] for n in self.names}
         self.trace: dict[str, list[TraceEvent]] = {n: [] for n in self.names}
+        self.dials: list[tuple[str, str]] = []
 
     @classmethod
     def build(
@@ -161,6 +163,7 @@ class Network:
         return self._link_latency[key]
 
     def connect(self, a: str, b: str) -> None:
+        """`a` dials `b`: the connection is outbound for a, inbound for b."""
         ea, eb = self.engines[a], self.engines[b]
         pa = negotiate(ea.supported_protocols, eb.supported_protocols, ea.protocol_id)
         pb = negotiate(eb.supported_protocols, ea.supported_protocols, eb.protocol_id)
@@ -168,7 +171,7 @@ class Network:
             raise ValueError(f"{a} and {b} share no protocol")
         self.links.add((a, b))
         self.links.add((b, a))
-        self.apply(a, ea.add_peer(self.now, b.encode(), pa))
+        self.apply(a, ea.add_peer(self.now, b.encode(), pa, outbound=True))
         self.apply(b, eb.add_peer(self.now, a.encode(), pb))
 
     def disconnect(self, a: str, b: str) -> None:
@@ -189,6 +192,7 @@ class Network:
     def apply(self, name: str, out: Output) -> Output:
         self.trace[name].extend(out.trace)
         self.deliveries[name].extend(out.deliveries)
+        self.dials.extend((name, name_of(peer)) for peer in out.dials)
         for peer, rpc in out.sends:
             dst = name_of(peer)
             self.trace[name].append(rpc_event(TraceType.SEND_RPC, self.now, peer, rpc))
@@ -309,12 +313,12 @@ def lone(kind: str = "gossipsub", params: Mapping[str, Any] | None = None, seed:
 
 
 def add_peers(router: Any, peers: Iterable[bytes], topics: Iterable[str] = (), protocol: str | None = None,
-              now: int = 0) -> None:
+              now: int = 0, outbound: bool = False) -> None:
     """Connect peers (speaking `protocol`, the router's own by default) that
-    announce a SUBSCRIBE for each of `topics`."""
+    announce a SUBSCRIBE for each of `topics`; `outbound`: the router dialled."""
     topics = tuple(topics)
     for peer in peers:
-        router.add_peer(now, peer, protocol or router.protocol_id)
+        router.add_peer(now, peer, protocol or router.protocol_id, outbound=outbound)
         if topics:
             router.handle_rpc(now, peer, Rpc(subscriptions=tuple(SubOpts(True, t) for t in topics)))
 
@@ -360,8 +364,10 @@ def publish_rpc(*msgs: Message) -> Rpc:
 
 
 def control_rpc(*, ihave: tuple[IHave, ...] = (), iwant: tuple[IWant, ...] = (),
-                graft: tuple[str, ...] = (), prune: tuple[str, ...] = ()) -> Rpc:
-    return Rpc(control=Control(ihave, iwant, tuple(Graft(t) for t in graft), tuple(Prune(t) for t in prune)))
+                graft: tuple[str, ...] = (), prune: tuple[str | Prune, ...] = (),
+                idontwant: tuple[IDontWant, ...] = ()) -> Rpc:
+    prunes = tuple(p if isinstance(p, Prune) else Prune(p) for p in prune)
+    return Rpc(control=Control(ihave, iwant, tuple(Graft(t) for t in graft), prunes, idontwant))
 
 
 def sub_rpc(topic: str, subscribe: bool = True) -> Rpc:

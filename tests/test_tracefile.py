@@ -11,7 +11,7 @@ from node.codec import FrameError, encode_frame
 from node.engine import TraceEvent, TraceType
 from node.proto import trace_pb2
 from node.tracefile import EventEncoder, TraceWriter, read_trace, rpc_event, to_proto
-from node.wire import Control, Graft, IHave, IWant, Message, Prune, Rpc, SubOpts, rpc_size, seqno_bytes
+from node.wire import Control, Graft, IDontWant, IHave, IWant, Message, Prune, Rpc, SubOpts, rpc_size, seqno_bytes
 
 # go-libp2p-pubsub pb/trace.proto
 GO_TYPES = {
@@ -40,11 +40,12 @@ GO_FIELDS = {
     "RPCMeta": {"messages": 1, "subscription": 2, "control": 3},
     "MessageMeta": {"messageID": 1, "topic": 2},
     "SubMeta": {"subscribe": 1, "topic": 2},
-    "ControlMeta": {"ihave": 1, "iwant": 2, "graft": 3, "prune": 4},
+    "ControlMeta": {"ihave": 1, "iwant": 2, "graft": 3, "prune": 4, "idontwant": 5},
     "ControlIHaveMeta": {"topic": 1, "messageIDs": 2},
     "ControlIWantMeta": {"messageIDs": 1},
     "ControlGraftMeta": {"topic": 1},
     "ControlPruneMeta": {"topic": 1, "peers": 2},
+    "ControlIDontWantMeta": {"messageIDs": 1},
 }
 
 PB = trace_pb2.TraceEvent
@@ -247,3 +248,13 @@ def test_fast_encoder_writes_the_same_bytes_as_the_protobuf_library():
     events = _every_kind_of_event()
     for ev in events + events:  # the second pass hits every cache
         assert encoder.encode(ev, b"self") == to_proto(ev, b"self").SerializeToString(), ev.type.name
+
+
+def test_idontwant_and_px_peers_are_in_the_rpc_meta_as_go_numbers_them():
+    """go's trace.proto: ControlMeta.idontwant = 5, ControlPruneMeta.peers = 2."""
+    rpc = Rpc(control=Control(prune=(Prune("t", (b"p1",), 60),), idontwant=(IDontWant((MID,)),)))
+    pb = to_proto(rpc_event(TraceType.SEND_RPC, 1, b"n8", rpc), b"self")
+    ctl = pb.sendRPC.meta.control
+    assert [list(i.messageIDs) for i in ctl.idontwant] == [[MID]]
+    assert [(p.topic, list(p.peers)) for p in ctl.prune] == [("t", [b"p1"])]
+    assert pb.SerializeToString() == EventEncoder().encode(rpc_event(TraceType.SEND_RPC, 1, b"n8", rpc), b"self")

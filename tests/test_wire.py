@@ -11,6 +11,7 @@ from node.wire import (
     FIRST_8_BYTES,
     Control,
     Graft,
+    IDontWant,
     IHave,
     IWant,
     Message,
@@ -91,8 +92,23 @@ def test_unknown_fields_are_skipped():
     data = unknown + ld(2, msg) + ld(3, ld(4, ld(1, "tx") + ld(2, ld(1, b"peer")) + vi(3, 60)) + vi(77, 1))
     rpc = decode_rpc(data)
     assert rpc.publish == (Message(b"n1", b"data", SEQ, "blocks", b"sig", b"key"),)
-    assert rpc.control == Control(prune=(Prune("tx"),))  # v1.1 prune peers/backoff skipped
+    assert rpc.control == Control(prune=(Prune("tx", (b"peer",), 60),))  # v1.1 peer exchange and backoff
     assert rpc.subscriptions == ()
+
+
+def test_v11_prune_and_v12_idontwant_use_libp2p_field_numbers():
+    """ControlPrune.peers = 2 (PeerInfo.peerID = 1), backoff = 3;
+    ControlMessage.idontwant = 5 (messageIDs = 1), as go's rpc.proto."""
+    data = ld(3, ld(4, ld(1, "tx") + ld(2, ld(1, b"p1")) + ld(2, ld(1, b"p2")) + vi(3, 60))
+              + ld(5, ld(1, b"m1") + ld(1, b"m2")))
+    rpc = Rpc(control=Control(prune=(Prune("tx", (b"p1", b"p2"), 60),), idontwant=(IDontWant((b"m1", b"m2")),)))
+    assert decode_rpc(data) == rpc
+    assert encode_rpc(rpc) == data
+    assert rpc_size(rpc) == len(data)
+
+
+def test_v10_prune_encodes_as_before():
+    assert encode_rpc(Rpc(control=Control(prune=(Prune("tx"),)))) == ld(3, ld(4, ld(1, "tx")))
 
 
 def test_empty_rpc_round_trips():

@@ -11,6 +11,7 @@ from node.trace_vocab import TraceType
 from node.wire import (
     Control,
     Graft,
+    IDontWant,
     IHave,
     IWant,
     Message,
@@ -25,7 +26,22 @@ NS = 1_000_000_000
 
 FLOODSUB_ID = "/floodsub/1.0.0"
 MESHSUB_ID = "/meshsub/1.0.0"
+MESHSUB_V11_ID = "/meshsub/1.1.0"
+MESHSUB_V12_ID = "/meshsub/1.2.0"
 RANDOMSUB_ID = "/randomsub/1.0.0"
+
+# The order a router proposes its protocols in: the newest gossipsub first,
+# falling back to older ones and to floodsub (gossipsub v1.1 and v1.2 specs,
+# "Protocol Id"); protocols not listed come after, in name order.
+PROTOCOL_PREFERENCE = (MESHSUB_V12_ID, MESHSUB_V11_ID, MESHSUB_ID)
+
+
+def protocol_order(preferred: str, supported: frozenset[str]) -> tuple[str, ...]:
+    """`preferred` first, then the other supported protocols, newest
+    gossipsub first."""
+    rest = supported - {preferred}
+    known = [p for p in PROTOCOL_PREFERENCE if p in rest]
+    return (preferred, *known, *sorted(rest - set(known)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +61,17 @@ class TraceEvent:
 
 @dataclass(frozen=True, slots=True)
 class Output:
+    """`dials`: peers the router asks its runtime to connect to (gossipsub
+    v1.1 peer exchange and explicit peers); a runtime that cannot dial by
+    peer id alone ignores them. `scores`: at a heartbeat of a router that
+    scores its peers, each peer's score and components (node/scorefile.py's
+    columns after time and peer)."""
+
     sends: tuple[tuple[PeerId, Rpc], ...] = ()
     deliveries: tuple[Message, ...] = ()
     trace: tuple[TraceEvent, ...] = ()
+    dials: tuple[PeerId, ...] = ()
+    scores: tuple[tuple[PeerId, tuple[float, ...]], ...] = ()
 
 
 class Router(Protocol):
@@ -58,7 +82,7 @@ class Router(Protocol):
     heartbeat_interval: int
     first_heartbeat: int
 
-    def add_peer(self, now: int, peer: PeerId, protocol: str) -> Output: ...
+    def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False) -> Output: ...
     def remove_peer(self, now: int, peer: PeerId) -> Output: ...
     def handle_rpc(self, now: int, peer: PeerId, rpc: Rpc) -> Output: ...
     def join(self, now: int, topic: str) -> Output: ...
@@ -76,25 +100,32 @@ class _Pending:
     iwant: list[IWant] = field(default_factory=list)
     graft: list[Graft] = field(default_factory=list)
     prune: list[Prune] = field(default_factory=list)
+    idontwant: list[IDontWant] = field(default_factory=list)
 
     def rpc(self) -> Rpc:
         control = None
-        if self.ihave or self.iwant or self.graft or self.prune:
+        if self.ihave or self.iwant or self.graft or self.prune or self.idontwant:
             control = Control(
-                tuple(self.ihave), tuple(self.iwant), tuple(self.graft), tuple(self.prune)
+                tuple(self.ihave), tuple(self.iwant), tuple(self.graft), tuple(self.prune),
+                tuple(self.idontwant),
             )
         return Rpc(tuple(self.subscriptions), tuple(self.publish), control)
 
 
 class OutputBuilder:
     """Collects what one input produces; `build()` emits one RPC per peer, in the
-    order peers were first addressed, so runs are reproducible."""
+    order peers were first addressed, so runs are reproducible. IDONTWANT is
+    the exception: gossipsub v1.2 sends it at once, not piggybacked, so it
+    goes out in an RPC of its own ahead of everything else."""
 
     def __init__(self, now: int) -> None:
         self.now = now
         self._pending: dict[PeerId, _Pending] = {}
+        self._urgent: dict[PeerId, _Pending] = {}
         self.deliveries: list[Message] = []
         self.trace: list[TraceEvent] = []
+        self.dials: list[PeerId] = []
+        self.scores: list[tuple[PeerId, tuple[float, ...]]] = []
 
     def _to(self, peer: PeerId) -> _Pending:
         pending = self._pending.get(peer)
@@ -117,8 +148,18 @@ class OutputBuilder:
     def graft(self, peer: PeerId, topic: str) -> None:
         self._to(peer).graft.append(Graft(topic))
 
-    def prune(self, peer: PeerId, topic: str) -> None:
-        self._to(peer).prune.append(Prune(topic))
+    def prune(self, peer: PeerId, topic: str, peers: tuple[PeerId, ...] = (), backoff: int | None = None) -> None:
+        self._to(peer).prune.append(Prune(topic, peers, backoff))
+
+    def idontwant(self, peer: PeerId, ids: tuple[MessageId, ...]) -> None:
+        pending = self._urgent.get(peer)
+        if pending is None:
+            pending = self._urgent[peer] = _Pending()
+        pending.idontwant.append(IDontWant(ids))
+
+    def dial(self, peer: PeerId) -> None:
+        if peer not in self.dials:
+            self.dials.append(peer)
 
     def deliver(self, msg: Message, received_from: PeerId) -> None:
         self.deliveries.append(msg)
@@ -128,8 +169,6 @@ class OutputBuilder:
         self.trace.append(TraceEvent(type_, self.now, **fields))  # type: ignore[arg-type]
 
     def build(self) -> Output:
-        return Output(
-            tuple((peer, pending.rpc()) for peer, pending in self._pending.items()),
-            tuple(self.deliveries),
-            tuple(self.trace),
-        )
+        sends = [(peer, pending.rpc()) for peer, pending in self._urgent.items()]
+        sends += [(peer, pending.rpc()) for peer, pending in self._pending.items()]
+        return Output(tuple(sends), tuple(self.deliveries), tuple(self.trace), tuple(self.dials), tuple(self.scores))

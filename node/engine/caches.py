@@ -37,7 +37,9 @@ class SeenCache:
 
 class MessageCache:
     """mcache: `put`, `get`, `get_gossip_ids(topic)` over the newest
-    `gossip` windows, and `shift` that drops the window older than `history`."""
+    `gossip` windows, and `shift` that drops the window older than `history`.
+    `get_for_peer` also counts how often each peer was sent a message in
+    answer to IWANT (gossipsub v1.1 limits retransmissions)."""
 
     def __init__(self, history: int, gossip: int) -> None:
         if not 0 < gossip <= history:
@@ -46,6 +48,7 @@ class MessageCache:
         self.gossip = gossip
         self._msgs: dict[MessageId, Message] = {}
         self._windows: list[list[tuple[MessageId, str]]] = [[]]
+        self._peer_counts: dict[MessageId, dict[bytes, int]] = {}
 
     def put(self, msg: Message) -> None:
         mid = msg.id
@@ -55,6 +58,15 @@ class MessageCache:
 
     def get(self, mid: MessageId) -> Message | None:
         return self._msgs.get(mid)
+
+    def get_for_peer(self, mid: MessageId, peer: bytes) -> tuple[Message | None, int]:
+        """The message and how many times `peer` has now asked for it."""
+        msg = self._msgs.get(mid)
+        if msg is None:
+            return None, 0
+        counts = self._peer_counts.setdefault(mid, {})
+        counts[peer] = counts.get(peer, 0) + 1
+        return msg, counts[peer]
 
     def get_gossip_ids(self, topic: str) -> tuple[MessageId, ...]:
         return tuple(
@@ -68,6 +80,7 @@ class MessageCache:
         if len(self._windows) >= self.history:
             for mid, _ in self._windows.pop():
                 self._msgs.pop(mid, None)
+                self._peer_counts.pop(mid, None)
         self._windows.insert(0, [])
 
     def __len__(self) -> int:

@@ -68,6 +68,7 @@ class GossipSubParams:
 class GossipSubRouter(PubSubRouter[GossipSubParams]):
     protocol_id = MESHSUB_ID
     supported_protocols = frozenset({MESHSUB_ID, FLOODSUB_ID})
+    mesh_protocols = GOSSIPSUB_PROTOCOLS  # the peers that take part in the mesh
 
     def __init__(
         self, peer_id: PeerId, rng: random.Random, params: GossipSubParams,
@@ -81,7 +82,7 @@ class GossipSubRouter(PubSubRouter[GossipSubParams]):
 
     def gossipsub_peers(self, topic: str) -> set[PeerId]:
         """peers.gossipsub[topic]"""
-        return self.topic_peers(topic, GOSSIPSUB_PROTOCOLS)
+        return self.topic_peers(topic, self.mesh_protocols)
 
     def floodsub_peers(self, topic: str) -> set[PeerId]:
         """peers.floodsub[topic]"""
@@ -196,7 +197,7 @@ class GossipSubRouter(PubSubRouter[GossipSubParams]):
         if topic not in self.mesh:
             out.prune(peer, topic)
             return
-        if peer not in self.mesh[topic] and self.peers.get(peer) in GOSSIPSUB_PROTOCOLS:
+        if peer not in self.mesh[topic] and self.peers.get(peer) in self.mesh_protocols:
             self._graft(out, peer, topic, notify=False)
 
     def _on_prune(self, out: OutputBuilder, peer: PeerId, topic: str) -> None:

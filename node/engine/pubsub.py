@@ -76,7 +76,9 @@ class PubSubRouter(Generic[P]):
             return set(peers)
         return {p for p in peers if self.peers.get(p) in protocols}
 
-    def add_peer(self, now: int, peer: PeerId, protocol: str) -> Output:
+    def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False) -> Output:
+        """`outbound`: we dialled the connection (gossipsub v1.1's D_out
+        counts those)."""
         out = OutputBuilder(now)
         if peer in self.peers or peer == self.peer_id:
             return out.build()
@@ -84,7 +86,7 @@ class PubSubRouter(Generic[P]):
         out.event(TraceType.ADD_PEER, peer=peer, protocol=protocol)
         for topic in sorted(self.subscriptions):
             out.subscription(peer, True, topic)
-        self._peer_added(out, peer)
+        self._peer_added(out, peer, outbound)
         return out.build()
 
     def remove_peer(self, now: int, peer: PeerId) -> Output:
@@ -108,6 +110,8 @@ class PubSubRouter(Generic[P]):
             else:
                 self.topics.get(sub.topic, set()).discard(peer)
                 self._peer_unsubscribed(out, peer, sub.topic)
+        if not self._accept_from(out, peer):
+            return out.build()
         for msg in rpc.publish:
             self._receive(out, peer, msg)
         if rpc.control is not None:
@@ -180,7 +184,9 @@ class PubSubRouter(Generic[P]):
             return
         if self.seen.has(now, mid):
             out.event(TraceType.DUPLICATE_MESSAGE, message_id=mid, topic=msg.topic, peer=sender)
+            self._duplicate(out, sender, msg)
             return
+        self._before_validation(out, sender, msg)
         reason = self.auth.reject_signature(msg)
         if reason is None and self.validator is not None and not self.validator(msg):
             reason = REJECT_VALIDATION_FAILED
@@ -189,12 +195,30 @@ class PubSubRouter(Generic[P]):
             return
         self.seen.add(now, mid)
         out.deliver(msg, sender)
+        self._validated(out, sender, msg)
         self._accepted(out, msg)
         self._forward(out, msg, received_from=sender)
 
-    @staticmethod
-    def _reject(out: OutputBuilder, sender: PeerId, msg: Message, reason: str) -> None:
+    def _reject(self, out: OutputBuilder, sender: PeerId, msg: Message, reason: str) -> None:
         out.event(TraceType.REJECT_MESSAGE, message_id=msg.id, topic=msg.topic, peer=sender, reason=reason)
+        self._rejected(out, sender, msg, reason)
+
+    def _accept_from(self, out: OutputBuilder, peer: PeerId) -> bool:
+        """Whether to process a peer's messages and control after its
+        subscriptions (go's AcceptFrom); routers that score peers graylist."""
+        return True
+
+    def _before_validation(self, out: OutputBuilder, sender: PeerId, msg: Message) -> None:
+        """A message not seen before is about to be validated."""
+
+    def _validated(self, out: OutputBuilder, sender: PeerId, msg: Message) -> None:
+        """A message received from `sender` passed validation, first copy."""
+
+    def _duplicate(self, out: OutputBuilder, sender: PeerId, msg: Message) -> None:
+        """Another copy of a message already seen."""
+
+    def _rejected(self, out: OutputBuilder, sender: PeerId, msg: Message, reason: str) -> None:
+        """A message from `sender` was rejected for `reason`."""
 
     def _wants(self, msg: Message) -> bool:
         """Messages for topics we do not subscribe to are ignored, as
@@ -207,7 +231,7 @@ class PubSubRouter(Generic[P]):
     def _forward(self, out: OutputBuilder, msg: Message, received_from: PeerId | None) -> None:
         raise NotImplementedError
 
-    def _peer_added(self, out: OutputBuilder, peer: PeerId) -> None:
+    def _peer_added(self, out: OutputBuilder, peer: PeerId, outbound: bool) -> None:
         """A new peer was added."""
 
     def _peer_removed(self, out: OutputBuilder, peer: PeerId) -> None:

@@ -10,10 +10,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from node.engine.api import Router
+from node.engine.api import Router, protocol_order
 from node.engine.authenticity import Authenticity
 from node.engine.floodsub import FloodSubParams, FloodSubRouter
 from node.engine.gossipsub import GossipSubParams, GossipSubRouter
+from node.engine.gossipsub_config import GossipSubV11Params, GossipSubV12Params
+from node.engine.gossipsub_v11 import GossipSubV11Router
+from node.engine.gossipsub_v12 import GossipSubV12Router
 from node.engine.randomsub import RandomSubParams, RandomSubRouter
 from node.engine.simsub import SimSubParams, SimSubRouter
 from node.wire import PeerId
@@ -23,7 +26,8 @@ from node.wire import PeerId
 class RouterKind:
     """`mesh_low_key`: the parameter that is the mesh's low-water mark (None:
     the router keeps no mesh), and its default; `mesh_any_topic`: the router
-    meshes with peers whatever their topics (simsub's single overlay)."""
+    meshes with peers whatever their topics (simsub's single overlay);
+    `scores_peers`: the router keeps peer scores (node/scorefile.py)."""
 
     name: str
     params: type
@@ -31,6 +35,7 @@ class RouterKind:
     fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     mesh_low_key: str | None = None
     mesh_any_topic: bool = False
+    scores_peers: bool = False  # records peer scores each heartbeat (gossipsub v1.1+)
 
     @property
     def meshes(self) -> bool:
@@ -62,6 +67,10 @@ ROUTERS: dict[str, RouterKind] = {
     "randomsub": RouterKind("randomsub", RandomSubParams, RandomSubRouter),
     "meshsub": RouterKind("meshsub", GossipSubParams, GossipSubRouter, {"gossip": False}, "D_low"),
     "gossipsub": RouterKind("gossipsub", GossipSubParams, GossipSubRouter, {"gossip": True}, "D_low"),
+    "gossipsub-v1.1": RouterKind("gossipsub-v1.1", GossipSubV11Params, GossipSubV11Router, {"gossip": True}, "D_low",
+                                 scores_peers=True),
+    "gossipsub-v1.2": RouterKind("gossipsub-v1.2", GossipSubV12Params, GossipSubV12Router, {"gossip": True}, "D_low",
+                                 scores_peers=True),
     "simsub": RouterKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True),
 }
 
@@ -80,9 +89,9 @@ def make_router(
 
 
 def negotiate(ours: frozenset[str], theirs: frozenset[str], preferred: str) -> str | None:
-    """The protocol two peers speak: our own if they support it, else any
-    protocol both support (floodsub, as libp2p's multistream would pick)."""
-    if preferred in theirs:
-        return preferred
-    common = sorted(ours & theirs)
-    return common[0] if common else None
+    """The protocol two peers speak, as multistream-select settles it when we
+    propose ours in `protocol_order`: the first they support."""
+    for protocol in protocol_order(preferred, ours):
+        if protocol in theirs:
+            return protocol
+    return None

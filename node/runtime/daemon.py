@@ -59,7 +59,7 @@ import trio
 from node.codec import FrameError, encode_frame
 from node.config import LinkShape, NodeConfig, PeerAddress
 from node.engine import TraceType, make_router
-from node.engine.api import Output
+from node.engine.api import Output, protocol_order
 from node.identity import INJECTOR_INDEX, identity_for_index, peer_id_from_b58, peer_id_to_b58
 from node.libp2p.connection import MuxedConnection, upgrade
 from node.libp2p.errors import ProtocolError
@@ -67,6 +67,7 @@ from node.libp2p.poller import ReadPoller
 from node.runtime.lag import LagMeter
 from node.runtime.peer import PeerLink
 from node.runtime.shaper import LinkShaper, Uplink
+from node.scorefile import ScoreFile
 from node.tracefile import TraceWriter, rpc_event
 from node.wire import Rpc, RpcDecoder, encode_rpc
 
@@ -97,11 +98,12 @@ class Node:
         self.auth = cfg.auth()
         self.engine = make_router(cfg.router, self.peer_id, cfg.seed, cfg.params, auth=self.auth)
         preferred = self.engine.protocol_id
-        self.protocols = (preferred, *sorted(self.engine.supported_protocols - {preferred}))
+        self.protocols = protocol_order(preferred, self.engine.supported_protocols)
         self.names = {peer_id_from_b58(pid): name for pid, name in cfg.peer_names.items()}
         self.peer_ids = {name: pid for pid, name in self.names.items()}
         self.shaping = {peer_id_from_b58(pid): shape for pid, shape in cfg.shaping.items()}
         self.trace = trace or TraceWriter(Path(cfg.trace_path), cfg.peer_id)
+        self.scores = ScoreFile(Path(cfg.scores_path)) if cfg.scores_path else None
         self.lag = LagMeter()
         self.lag_path = Path(cfg.lag_path or cfg.trace_path + ".lag.json")
         self.uplink = Uplink(cfg.uplink_bps)
@@ -155,6 +157,8 @@ class Node:
                 nursery.cancel_scope.cancel()
         finally:
             self.trace.close()
+            if self.scores is not None:
+                self.scores.close()
             self.lag.write(self.lag_path, self.name)
             log.info("%s stopped (%s)", self.name, dict(self.counters))
 
@@ -359,7 +363,8 @@ class Node:
         if self.links.get(link.peer_id) is not link:
             return
         now = self.clock.now_ns()
-        self._apply(self.engine.add_peer(now, link.peer_id, link.protocol), now)
+        outbound = link.dialer == self.peer_id
+        self._apply(self.engine.add_peer(now, link.peer_id, link.protocol, outbound=outbound), now)
 
     def _on_frame(self, link: PeerLink, frame: bytes) -> None:
         if self.links.get(link.peer_id) is not link:
@@ -397,6 +402,8 @@ class Node:
                 events.append(rpc_event(TraceType.SEND_RPC, now, peer, rpc))
         if out.deliveries:
             self.counters["delivered"] += len(out.deliveries)
+        if out.scores and self.scores is not None:
+            self.scores.write(now, out.scores)
         if events and not self.trace_error:  # after a failed write nothing more: the trace stays readable
             try:
                 self.trace.write(events)

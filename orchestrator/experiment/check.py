@@ -36,6 +36,7 @@ _PARAM_TYPES = {
     "bool": TypeAdapter(v.Flag),
     "int": TypeAdapter(v.integer("an integer", ge=0, le=MAX_PARAM_INT)),
     "float": TypeAdapter(v.number("a number", ge=0.0, le=v.MAX_SECONDS)),
+    "signed": TypeAdapter(v.number("a number", ge=-v.MAX_SECONDS, le=v.MAX_SECONDS)),  # score thresholds, penalties
 }
 
 
@@ -208,7 +209,8 @@ class _Checker:
                                f"the contract's parameters, has no counterpart (it takes: {', '.join(known)})")
             if key not in known:
                 raise self.err(where_of[key], f"unknown key; expected one of: {', '.join(known)} (the parameters of {router})")
-            values[key] = self.param_value(x, str(fields[key].type), where_of[key])
+            signed = fields[key].metadata.get("signed", False)
+            values[key] = self.param_value(x, "signed" if signed else str(fields[key].type), where_of[key])
         try:
             params = kind.make_params(values)
         except (ValueError, TypeError) as exc:
@@ -228,7 +230,7 @@ class _Checker:
             if "None" in kinds:
                 return None
             raise self.err(path, f"expected {annotation}, got nothing (null)")
-        kind = "bool" if "bool" in kinds else "int" if "int" in kinds else "float"
+        kind = "bool" if "bool" in kinds else "int" if "int" in kinds else "signed" if "signed" in kinds else "float"
         try:
             return _PARAM_TYPES[kind].validate_python(value)
         except ValidationError as exc:

@@ -1,0 +1,57 @@
+"""gossipsub v1.1/v1.2 in the trio runtime over real TCP: multistream-select
+settles on the newest version both sides speak, and a scoring router writes
+its per-heartbeat score file (node/scorefile.py)."""
+
+from __future__ import annotations
+
+import csv
+
+import trio
+
+from node.engine.api import MESHSUB_ID, MESHSUB_V12_ID
+from node.scorefile import COLUMNS
+from test_node_runtime import make_cfg, pid, running, wait_for
+
+
+def test_v12_speaks_12_to_v12_and_10_to_v10_and_writes_scores(tmp_path):
+    scores = tmp_path / "scores" / "n0.csv"
+
+    async def main():
+        a = make_cfg(tmp_path, "n0", router="gossipsub-v1.2", scores_path=str(scores))
+        b = make_cfg(tmp_path, "n1", router="gossipsub-v1.2")
+        c = make_cfg(tmp_path, "n2", router="gossipsub")
+        async with running(a, b, c) as (na, nb, nc):
+            await na.connect("127.0.0.1", nb.listen_port, "n1", True)
+            await na.connect("127.0.0.1", nc.listen_port, "n2", True)
+            await wait_for(lambda: len(na.engine.peers) == 2 and len(nc.engine.peers) == 1)
+            assert na.engine.peers[nb.peer_id] == MESHSUB_V12_ID
+            assert na.engine.peers[nc.peer_id] == MESHSUB_ID
+            assert nc.engine.peers[na.peer_id] == MESHSUB_ID
+            assert na.engine.outbound == {nb.peer_id, nc.peer_id} and not nb.engine.outbound
+            await trio.sleep(0.7)  # a few 0.2 s heartbeats
+
+    trio.run(main)
+    with open(scores) as f:
+        rows = list(csv.reader(f))
+    assert tuple(rows[0]) == COLUMNS
+    assert {row[1] for row in rows[1:]} == {pid("n1"), pid("n2")}
+    assert not (tmp_path / "scores" / "n1.csv").exists()
+
+
+def test_docker_node_writes_its_score_file_into_the_run_directory(tmp_path):
+    import dataclasses
+
+    from node.config import NodeConfig
+    from orchestrator import docker_nodedir
+
+    run = tmp_path / "run"
+    cfg = NodeConfig(name="a", index=0, router="gossipsub-v1.2", seed=1, listen_host="10.0.0.2", listen_port=4001,
+                     control_host="10.0.0.2", control_port=4002, token="t", trace_path=str(run / "traces" / "a.pb"),
+                     scores_path=str(run / "scores" / "a.csv"))
+    seen = docker_nodedir.prepare(run, cfg, docker_nodedir.node_user())
+    assert seen.scores_path == "/node/scores.csv"
+    link = run / "scores" / "a.csv"
+    assert link.is_symlink() and link.resolve() == (docker_nodedir.node_dir(run.resolve(), "a") / "scores.csv")
+    b = dataclasses.replace(cfg, name="b", scores_path="", trace_path=str(run / "traces" / "b.pb"))
+    v10 = docker_nodedir.prepare(run, b, docker_nodedir.node_user())
+    assert v10.scores_path == "" and not (run / "scores" / "b.csv").exists()
