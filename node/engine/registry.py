@@ -12,6 +12,7 @@ from typing import Any
 
 from node.engine.api import Router
 from node.engine.authenticity import Authenticity
+from node.engine.episub import EpisubParams, EpisubRouter
 from node.engine.floodsub import FloodSubParams, FloodSubRouter
 from node.engine.gossipsub import GossipSubParams, GossipSubRouter
 from node.engine.randomsub import RandomSubParams, RandomSubRouter
@@ -63,6 +64,7 @@ ROUTERS: dict[str, RouterKind] = {
     "meshsub": RouterKind("meshsub", GossipSubParams, GossipSubRouter, {"gossip": False}, "D_low"),
     "gossipsub": RouterKind("gossipsub", GossipSubParams, GossipSubRouter, {"gossip": True}, "D_low"),
     "simsub": RouterKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True),
+    "episub": RouterKind("episub", EpisubParams, EpisubRouter),
 }
 
 
