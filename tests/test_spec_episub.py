@@ -18,7 +18,7 @@ import pytest
 from episub_harness import MS, S, EpisubNet
 from node.engine import TraceType, make_router
 from node.engine.episub import EPISUB_ID, EpisubParams, EpisubRouter
-from node.engine.episub.messages import (
+from node.episub_wire import (
     Disconnect,
     EpisubRpc,
     ForwardJoin,

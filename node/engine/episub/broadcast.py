@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from node.engine.api import NS, TraceType
-from node.engine.episub.messages import EpisubOut, Gossip, Graft, IHave, MessageSummary, Prune
+from node.engine.episub.output import EpisubOut
 from node.engine.episub.params import EpisubParams
+from node.episub_wire import Gossip, Graft, IHave, MessageSummary, Prune
 from node.wire import Message, MessageId, PeerId
 
 

@@ -21,10 +21,14 @@ from node.engine.api import NS, Output, TraceType
 from node.engine.authenticity import REJECT_SELF_ORIGIN, REJECT_VALIDATION_FAILED, Authenticity
 from node.engine.caches import SeenCache
 from node.engine.episub.broadcast import Broadcast
-from node.engine.episub.messages import (
+from node.engine.episub.output import EpisubOut
+from node.engine.episub.params import EpisubParams
+from node.engine.episub.proximity import RttTable
+from node.engine.episub.views import Membership
+from node.engine.pubsub import Validator
+from node.episub_wire import (
     EPISUB_ID,
     Disconnect,
-    EpisubOut,
     EpisubRpc,
     ForwardJoin,
     GetNodes,
@@ -41,10 +45,6 @@ from node.engine.episub.messages import (
     ShuffleReply,
     Topics,
 )
-from node.engine.episub.params import EpisubParams
-from node.engine.episub.proximity import RttTable
-from node.engine.episub.views import Membership
-from node.engine.pubsub import Validator
 from node.wire import Message, PeerId
 
 

@@ -23,9 +23,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from node.engine.api import NS
-from node.engine.episub.messages import (
+from node.engine.episub.output import EpisubOut
+from node.engine.episub.params import EpisubParams
+from node.engine.episub.proximity import RttTable
+from node.engine.pubsub import sample_sorted
+from node.episub_wire import (
     Disconnect,
-    EpisubOut,
     ForwardJoin,
     GetNodes,
     Join,
@@ -35,9 +38,6 @@ from node.engine.episub.messages import (
     Shuffle,
     ShuffleReply,
 )
-from node.engine.episub.params import EpisubParams
-from node.engine.episub.proximity import RttTable
-from node.engine.pubsub import sample_sorted
 from node.wire import PeerId
 
 NeighborNotice = Callable[[EpisubOut, PeerId], None]
