@@ -3,8 +3,10 @@ of RTT samples per peer, and the comparisons the join, stabilization and
 optimization rules make with it.
 
 The engine measures RTTs itself, without I/O: every request that has a reply
-(GETTOPICS/TOPICS, the draft's ping, and GETNODES/NODES) is timed from the
-`now` it was sent at to the `now` the reply arrives. In the simulator that is
+(GETTOPICS/TOPICS, the draft's ping, and GETNODES/NODES) on an open
+connection is timed from the `now` it was sent at to the `now` the reply
+arrives; one that opens the connection is not (its round trip includes the
+dial). In the simulator that is
 twice the link model's latency (plus jitter and serialization); on the real
 backends it is the measured round trip. A peer never measured is farther
 than any measured one.
@@ -23,26 +25,27 @@ class RttTable:
         self.smoothing = smoothing
         self.ping_timeout_ns = ping_timeout_ns
         self._srtt: dict[PeerId, float] = {}
-        self._pings: dict[PeerId, int] = {}
+        self._pings: dict[PeerId, tuple[int, bool]] = {}
 
-    def ping_sent(self, now: int, peer: PeerId) -> bool:
-        """Record a timed request to `peer`; False if one is already out
-        and not yet timed out."""
+    def ping_sent(self, now: int, peer: PeerId, timed: bool = True) -> bool:
+        """Record a request to `peer` that expects a reply; False if one is
+        already out and not yet timed out. An untimed one (sent before the
+        connection is open: its round trip includes the dial) gives no sample."""
         if peer in self._pings and not self.unanswered(now, peer):
             return False
-        self._pings[peer] = now
+        self._pings[peer] = (now, timed)
         return True
 
     def reply(self, now: int, peer: PeerId) -> None:
-        """A reply to the timed request: one RTT sample."""
+        """The reply: one RTT sample if the request was timed."""
         sent = self._pings.pop(peer, None)
-        if sent is not None:
-            self.sample(peer, now - sent)
+        if sent is not None and sent[1]:
+            self.sample(peer, now - sent[0])
 
     def unanswered(self, now: int, peer: PeerId) -> bool:
-        """A timed request to `peer` went without reply for the timeout."""
+        """A request to `peer` went without reply for the timeout."""
         sent = self._pings.get(peer)
-        return sent is not None and now - sent >= self.ping_timeout_ns
+        return sent is not None and now - sent[0] >= self.ping_timeout_ns
 
     def sample(self, peer: PeerId, rtt_ns: int) -> None:
         """srtt = (1 - g) * srtt + g * sample; the first sample is taken as is."""

@@ -63,6 +63,7 @@ class Overlay:
 class EpisubRouter:
     protocol_id = EPISUB_ID
     supported_protocols = frozenset({EPISUB_ID})
+    dials_on_send = True  # an RPC to a peer without a connection opens one
 
     def __init__(
         self, peer_id: PeerId, rng: random.Random, params: EpisubParams,
@@ -92,8 +93,9 @@ class EpisubRouter:
         return now + round(mean_s * (0.5 + self.rng.random()) * NS)
 
     def _ping(self, out: EpisubOut, peer: PeerId) -> None:
-        """GETTOPICS, timed: the draft's membership check and RTT ping."""
-        if self.rtt.ping_sent(out.now, peer):
+        """GETTOPICS: the draft's membership check and RTT ping (timed on
+        an open connection)."""
+        if self.rtt.ping_sent(out.now, peer, timed=peer in self.contacts):
             out.send(peer, GetTopics())
 
     def _unanswered(self, peer: PeerId) -> bool:
@@ -108,9 +110,7 @@ class EpisubRouter:
         self.contacts[peer] = None
         out.event(TraceType.ADD_PEER, peer=peer, protocol=protocol)
         for overlay in self.overlays.values():
-            m = overlay.membership
-            if not m.active and not m.nodes_asked and m.joins_out == 0:
-                m.join(out)
+            overlay.membership.contact(out, peer)
         return out.build()
 
     def remove_peer(self, now: int, peer: PeerId) -> Output:

@@ -153,6 +153,13 @@ class Membership:
             out.send(contact, GetNodes(self.topic))
             self.nodes_asked = True
 
+    def contact(self, out: EpisubOut, peer: PeerId) -> None:
+        """A new contact is a passive candidate; a node still waiting to join
+        (no links, nothing asked) joins through it."""
+        self._add_passive((peer,))
+        if not self.active and not self.nodes_asked and self.joins_out == 0:
+            self.join(out)
+
     def nodes(self) -> Nodes:
         """Our answer to GETNODES: the passive view, the JOIN TTL, and the
         active view with its random links (the stabilization query)."""
