@@ -420,7 +420,7 @@ def test_publish_gossips_with_hopcount_1_to_eager_peers_and_queues_an_ihave():
 def test_first_gossip_is_delivered_and_forwarded_with_hopcount_incremented_except_to_its_source():
     r = with_active([b"a1", b"a2", b"a3"])
     out = receive(r, b"a1", gossip(b"o", 1, hops=2))
-    assert len(out.deliveries) == 1
+    assert len(out.deliveries) == 1 and not tree(r).cache[out.deliveries[0].id].grafted
     assert {p: g.hops for p, g in sent(out, Gossip)} == {b"a2": 3, b"a3": 3}
 
 
@@ -455,6 +455,8 @@ def test_an_ihave_for_an_unknown_message_grafts_its_announcer_on_the_second_time
     out = r.heartbeat(2 * S // 5)  # second touch: missing
     assert to(out, Graft) == {b"a2": Graft(T, (mid1, mid2))}  # one GRAFT, piggybacked
     assert b"a2" in tree(r).eager
+    receive(r, b"a2", gossip(b"o", 1, hops=2), now=2 * S // 5 + 10 * MS)
+    assert tree(r).cache[mid1].grafted and mid1 not in tree(r).missing  # received as the GRAFT's answer
 
 
 def test_graft_tries_the_next_announcer_each_tick_until_the_message_is_lost():

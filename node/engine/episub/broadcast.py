@@ -28,11 +28,13 @@ from node.wire import Message, MessageId, PeerId
 @dataclass(frozen=True)
 class Cached:
     """A message in the time-based cache: the hops it came with, the peer it
-    came from (None: published here) and when it expires."""
+    came from (None: published here), whether it came as the answer to our
+    GRAFT (tree repair) rather than by eager push, and when it expires."""
 
     msg: Message
     hops: int
     parent: PeerId | None
+    grafted: bool
     expires: int
 
 
@@ -73,17 +75,17 @@ class Broadcast:
             out.event(TraceType.PRUNE, peer=peer, topic=self.topic)
         self.lazy[peer] = None
 
-    def _store(self, now: int, msg: Message, hops: int, parent: PeerId | None) -> None:
+    def _store(self, now: int, msg: Message, hops: int, parent: PeerId | None, grafted: bool) -> None:
         for mid in [mid for mid, c in self.cache.items() if c.expires <= now]:
             del self.cache[mid]
-        self.cache[msg.id] = Cached(msg, hops, parent, now + round(self.params.cache_ttl * NS))
+        self.cache[msg.id] = Cached(msg, hops, parent, grafted, now + round(self.params.cache_ttl * NS))
 
     # Message Propagation and Multicast Tree Construction
 
     def publish(self, out: EpisubOut, msg: Message) -> None:
         """GOSSIP with a hopcount of 1 to every eager peer; cache; queue for IHAVE."""
         self._push(out, msg, hops=1, exclude=())
-        self._store(out.now, msg, 0, None)
+        self._store(out.now, msg, 0, None, False)
 
     def on_gossip(self, out: EpisubOut, sender: PeerId, g: Gossip) -> None:
         """A message seen for the first time (already delivered by the
@@ -96,7 +98,7 @@ class Broadcast:
             if missing is not None:
                 self.optimize_tree(out, sender, g.hops, missing.announcements)
         self._push(out, g.msg, hops=g.hops + 1, exclude=(sender, g.msg.from_peer))
-        self._store(out.now, g.msg, g.hops, sender)
+        self._store(out.now, g.msg, g.hops, sender, missing is not None and missing.grafts > 0)
 
     def _push(self, out: EpisubOut, msg: Message, hops: int, exclude: tuple[PeerId, ...]) -> None:
         for peer in self.eager:
