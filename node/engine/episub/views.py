@@ -127,12 +127,9 @@ class Membership:
         for peer in peers:
             if peer == self.me or peer in self.active or peer in self.passive:
                 continue
-            if len(self.passive) >= self.params.P:
+            if len(self.passive) >= self.params.P:  # P >= 1: there is a victim
                 victims = prefer_evict or sorted(self.passive)
-                victim = victims.pop(self.rng.randrange(len(victims))) if victims else None
-                if victim is None:
-                    return
-                self.passive.pop(victim, None)
+                del self.passive[victims.pop(self.rng.randrange(len(victims)))]
             self.passive[peer] = None
 
     def _random_active(self, exclude: Iterable[PeerId]) -> PeerId | None:
@@ -288,7 +285,8 @@ class Membership:
         active links if that removed it or the TTL is above 0."""
         if m.source == self.me:
             return
-        in_passive = self.passive.pop(m.source, False) is None
+        in_passive = m.source in self.passive
+        self.passive.pop(m.source, None)
         removed = self._remove_active(out, m.source, to_passive=False) or in_passive
         self.pending.pop(m.source, None)
         if removed or m.ttl > 0:
@@ -305,8 +303,8 @@ class Membership:
         self.pending.pop(peer, None)
         self.deferred.pop(peer, None)
         was_random = self.active.get(peer)
-        if self._remove_active(out, peer, to_passive=False) and was_random is not None:
-            self._repair(out, was_random)
+        if self._remove_active(out, peer, to_passive=False):
+            self._repair(out, bool(was_random))
 
     def _repair(self, out: EpisubOut, random_link: bool) -> bool:
         """One NEIGHBOR request to a passive node: a random one for a random
