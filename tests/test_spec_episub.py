@@ -433,6 +433,15 @@ def test_duplicate_gossip_prunes_the_edge_and_moves_the_sender_to_lazy():
     assert TraceType.PRUNE in [ev.type for ev in out.trace]
 
 
+def test_a_first_copy_from_outside_the_active_view_leaves_the_first_neighbour_copy_eager():
+    r = with_active([b"a1", b"a2", b"a3"])
+    receive(r, b"gone", gossip(b"o", 1, hops=2))  # sent before its link was dropped
+    out = receive(r, b"a1", gossip(b"o", 1, hops=3))
+    assert not sent(out, Prune) and b"a1" in tree(r).eager
+    out = receive(r, b"a2", gossip(b"o", 1, hops=3))
+    assert to(out, Prune) == {b"a2": Prune(T)}
+
+
 def test_ihave_is_aggregated_on_the_timer_and_sent_to_lazy_peers_only():
     r = with_active([b"a1", b"a2", b"a3"])
     receive(r, b"a3", Prune(T))

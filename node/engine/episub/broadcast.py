@@ -16,7 +16,7 @@ go's PRUNE event: the tree's edges are what gossipsub's mesh is to gossipsub.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from node.engine.api import NS, TraceType
 from node.engine.episub.output import EpisubOut
@@ -27,8 +27,9 @@ from node.wire import Message, MessageId, PeerId
 
 @dataclass(frozen=True)
 class Cached:
-    """A message in the time-based cache: the hops it came with, the peer it
-    came from (None: published here), whether it came as the answer to our
+    """A message in the time-based cache: the hops it came with, the
+    neighbour it came from (None: published here, or from outside the active
+    view), whether it came as the answer to our
     GRAFT (tree repair) rather than by eager push, and when it expires."""
 
     msg: Message
@@ -93,12 +94,13 @@ class Broadcast:
         message goes on to the eager peers with the hopcount incremented."""
         mid = g.msg.id
         missing = self.missing.pop(mid, None)
-        if sender in self.lazy or sender in self.eager:
+        neighbour = sender in self.lazy or sender in self.eager
+        if neighbour:
             self._make_eager(out, sender)
             if missing is not None:
                 self.optimize_tree(out, sender, g.hops, missing.announcements)
         self._push(out, g.msg, hops=g.hops + 1, exclude=(sender, g.msg.from_peer))
-        self._store(out.now, g.msg, g.hops, sender, missing is not None and missing.grafts > 0)
+        self._store(out.now, g.msg, g.hops, sender if neighbour else None, missing is not None and missing.grafts > 0)
 
     def _push(self, out: EpisubOut, msg: Message, hops: int, exclude: tuple[PeerId, ...]) -> None:
         for peer in self.eager:
@@ -106,9 +108,15 @@ class Broadcast:
                 out.send(peer, Gossip(hops, msg))
         self.lazy_queue.append(MessageSummary(msg.id, hops))
 
-    def on_duplicate(self, out: EpisubOut, sender: PeerId) -> None:
-        """A message already seen: PRUNE the edge, the sender becomes lazy."""
-        if sender in self.eager:
+    def on_duplicate(self, out: EpisubOut, sender: PeerId, g: Gossip) -> None:
+        """A message already seen: PRUNE the edge, the sender becomes lazy.
+        Unless the first copy came from outside the active view (sent before
+        that link was dropped): then the first copy from a neighbour is the
+        tree's, and its sender stays eager, as a first receipt's would."""
+        cached = self.cache.get(g.msg.id)
+        if cached is not None and cached.parent is None and cached.hops > 0 and sender in self.eager:
+            self.cache[g.msg.id] = replace(cached, parent=sender, hops=g.hops)
+        elif sender in self.eager:
             self._make_lazy(out, sender)
             out.send(sender, Prune(self.topic))
 

@@ -187,7 +187,7 @@ class EpisubRouter:
         reason = REJECT_SELF_ORIGIN if msg.from_peer == self.peer_id else self.auth.reject_before_seen(msg)
         if reason is None and self.seen.has(out.now, msg.id):
             out.event(TraceType.DUPLICATE_MESSAGE, message_id=msg.id, topic=msg.topic, peer=sender)
-            overlay.broadcast.on_duplicate(out, sender)
+            overlay.broadcast.on_duplicate(out, sender, g)
             return
         if reason is None:
             reason = self.auth.reject_signature(msg)
