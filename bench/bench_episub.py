@@ -94,6 +94,7 @@ def run_variant(name: str, resolved: Any) -> dict[str, Any]:
         "nodes": len(sim.nodes),
         "messages": stats.messages,
         "delivery ratio": delivered / stats.expected_deliveries if stats.expected_deliveries else None,
+        "expected deliveries": stats.expected_deliveries,
         "missed deliveries": stats.expected_deliveries - delivered,
         "latency p50 ms": percentile(lat, 50) / 1e6 if lat else None,
         "latency p99 ms": percentile(lat, 99) / 1e6 if lat else None,
