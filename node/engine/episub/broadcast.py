@@ -51,7 +51,10 @@ class Missing:
 
 
 class Broadcast:
-    def __init__(self, topic: str, me: PeerId, params: EpisubParams, seen: Callable[[MessageId], bool]) -> None:
+    def __init__(
+        self, topic: str, me: PeerId, params: EpisubParams, seen: Callable[[int, MessageId], bool],
+    ) -> None:
+        """`seen(now, id)`: the node's seen cache."""
         self.topic = topic
         self.me = me
         self.params = params
@@ -135,7 +138,7 @@ class Broadcast:
         """Unknown ids are marked missing, remembering who announced them
         with which hopcount; for known ones the tree may be optimized."""
         for summary in m.summary:
-            if self.seen(summary.id):
+            if self.seen(out.now, summary.id):
                 cached = self.cache.get(summary.id)
                 if cached is not None and cached.parent is not None:
                     self.optimize_tree(out, cached.parent, cached.hops, [(sender, summary.hops)])

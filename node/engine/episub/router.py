@@ -82,7 +82,6 @@ class EpisubRouter:
         self.seen = SeenCache(round(params.seen_ttl * NS))
         self.rtt = RttTable(params.rtt_smoothing, round(params.passive_check_interval * NS))
         self._seqno = 0
-        self._now = 0
 
     @property
     def subscriptions(self) -> set[str]:
@@ -97,9 +96,6 @@ class EpisubRouter:
         an open connection)."""
         if self.rtt.ping_sent(out.now, peer, timed=peer in self.contacts):
             out.send(peer, GetTopics())
-
-    def _unanswered(self, peer: PeerId) -> bool:
-        return self.rtt.unanswered(self._now, peer)
 
     # Connections
 
@@ -128,7 +124,7 @@ class EpisubRouter:
         out = EpisubOut(now)
         if topic in self.overlays:
             return out.build()
-        broadcast = Broadcast(topic, self.peer_id, self.params, lambda mid: self.seen.has(self._now, mid))
+        broadcast = Broadcast(topic, self.peer_id, self.params, self.seen.has)
         membership = Membership(
             topic, self.peer_id, self.params, self.rng, self.rtt, self.contacts, self._ping,
             broadcast.neighbor_up, broadcast.neighbor_down,
@@ -165,7 +161,6 @@ class EpisubRouter:
         (received from ourselves), then the broadcast. A topic we are not
         in has no tree to publish on: the message is delivered only here."""
         out = EpisubOut(now)
-        self._now = now
         if self.seen.has(now, msg.id):
             return out.build()
         self.seen.add(now, msg.id)
@@ -202,7 +197,6 @@ class EpisubRouter:
 
     def handle_rpc(self, now: int, peer: PeerId, rpc: EpisubRpc) -> Output:  # type: ignore[override]
         out = EpisubOut(now)
-        self._now = now
         out.event(TraceType.RECV_RPC, peer=peer, rpc=rpc)
         for m in rpc.messages:
             self._dispatch(out, peer, m)
@@ -261,7 +255,6 @@ class EpisubRouter:
 
     def heartbeat(self, now: int) -> Output:
         out = EpisubOut(now)
-        self._now = now
         p = self.params
         for overlay in self.overlays.values():
             overlay.broadcast.flush_lazy_queue(out)
@@ -276,6 +269,6 @@ class EpisubRouter:
                 overlay.membership.shuffle(out)
                 overlay.next_shuffle = self._jittered(now, p.shuffle_interval)
             if now >= overlay.next_passive_check:
-                overlay.membership.check_passive(out, self._unanswered)
+                overlay.membership.check_passive(out)
                 overlay.next_passive_check = self._jittered(now, p.passive_check_interval)
         return out.build()

@@ -432,11 +432,11 @@ class Membership:
     def on_shuffle_reply(self, out: EpisubOut, sender: PeerId, m: ShuffleReply) -> None:
         self._add_passive(m.peers, keep=self._last_exchange)
 
-    def check_passive(self, out: EpisubOut, unanswered: Callable[[PeerId], bool]) -> None:
+    def check_passive(self, out: EpisubOut) -> None:
         """Probe a few random passive nodes with GETTOPICS (a timed ping); drop
         those whose previous probe went unanswered."""
         for peer in sample_sorted(self.rng, self.passive, self.params.passive_check_count):
-            if unanswered(peer):
+            if self.rtt.unanswered(out.now, peer):
                 self.passive.pop(peer, None)
             else:
                 self.ping(out, peer)
