@@ -10,6 +10,7 @@ from pathlib import Path
 from node.engine.api import NS, Output
 from node.episub_wire import EpisubRpc, GetTopics
 from orchestrator.experiment.spec import parse_experiment
+from orchestrator.sim_dial import DialOnSend
 from orchestrator.simulator import Simulator
 
 REGIONS = """
@@ -100,3 +101,15 @@ def test_a_dial_to_a_dead_node_fails_back_to_the_sender_a_round_trip_later(tmp_p
     sim._push(NS, 6)  # _END
     sim._loop(NS, None)
     assert (2 * 60 * NS // 1000, b.peer_id) in failed
+
+
+def test_rpcs_wait_for_their_dial_in_order_and_one_dial_serves_them_all():
+    dials = DialOnSend({b"id-b": "b"})
+    first, second = EpisubRpc((GetTopics(),)), EpisubRpc((GetTopics(), GetTopics()))
+    assert dials.hold("a", b"id-b", first) == "b"  # the first RPC starts the dial
+    assert dials.hold("a", b"id-b", second) is None  # the next ones wait for it
+    assert dials.hold("a", b"id-unknown", first) is None  # no node of the experiment
+    assert dials.release("a", "b") == [first, second] and dials.release("a", "b") == []
+    dials.hold("a", b"id-b", first)
+    dials.forget("a")  # a stopped
+    assert dials.release("a", "b") == []
