@@ -5,6 +5,9 @@ and a regional set-up with churn delivers every message."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from node.engine.api import NS, Output
@@ -12,6 +15,8 @@ from node.episub_wire import EpisubRpc, GetTopics
 from orchestrator.experiment.spec import parse_experiment
 from orchestrator.sim_dial import DialOnSend
 from orchestrator.simulator import Simulator
+
+ROOT = Path(__file__).resolve().parents[1]
 
 REGIONS = """
 name: episub-regions
@@ -113,3 +118,15 @@ def test_rpcs_wait_for_their_dial_in_order_and_one_dial_serves_them_all():
     dials.hold("a", b"id-b", first)
     dials.forget("a")  # a stopped
     assert dials.release("a", "b") == []
+
+
+def test_a_real_backend_refuses_episub_naming_the_node_with_exit_2(tmp_path):
+    testbed = Path(sys.executable).with_name("testbed")
+    result = subprocess.run(
+        [testbed, "run", str(ROOT / "topologies" / "episub-vs-gossipsub-100.yaml"), "--backend", "process",
+         "--variant", "episub", "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "cannot run episub" in result.stderr and "src-0" in result.stderr
+    assert not (tmp_path / "run").exists()

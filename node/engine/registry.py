@@ -24,7 +24,8 @@ from node.wire import PeerId
 class RouterKind:
     """`mesh_low_key`: the parameter that is the mesh's low-water mark (None:
     the router keeps no mesh), and its default; `mesh_any_topic`: the router
-    meshes with peers whatever their topics (simsub's single overlay)."""
+    meshes with peers whatever their topics (simsub's single overlay);
+    `simulator_only`: the trio runtime cannot run it yet (episub)."""
 
     name: str
     params: type
@@ -32,6 +33,7 @@ class RouterKind:
     fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     mesh_low_key: str | None = None
     mesh_any_topic: bool = False
+    simulator_only: bool = False
 
     @property
     def meshes(self) -> bool:
@@ -64,7 +66,7 @@ ROUTERS: dict[str, RouterKind] = {
     "meshsub": RouterKind("meshsub", GossipSubParams, GossipSubRouter, {"gossip": False}, "D_low"),
     "gossipsub": RouterKind("gossipsub", GossipSubParams, GossipSubRouter, {"gossip": True}, "D_low"),
     "simsub": RouterKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True),
-    "episub": RouterKind("episub", EpisubParams, EpisubRouter),
+    "episub": RouterKind("episub", EpisubParams, EpisubRouter, simulator_only=True),
 }
 
 
