@@ -487,6 +487,15 @@ def test_graft_makes_the_sender_eager_and_sends_the_missing_messages_from_the_ca
     assert b"a2" in tree(r).eager and sent(out, Gossip) == [(b"a2", Gossip(3, g.msg))]
 
 
+def test_the_message_cache_forgets_messages_after_cache_ttl():
+    r = with_active([b"a1", b"a2"], params={"cache_ttl": 1.0})
+    first = gossip(b"o", 1, hops=1)
+    receive(r, b"a1", first)
+    receive(r, b"a1", gossip(b"o", 2, hops=1), now=2 * S)
+    assert first.msg.id not in tree(r).cache
+    assert not sent(receive(r, b"a2", Graft(T, (first.msg.id,)), now=2 * S), Gossip)
+
+
 def test_prune_moves_the_sender_to_the_lazy_peers():
     r = with_active([b"a1"])
     receive(r, b"a1", Prune(T))

@@ -80,9 +80,15 @@ class Broadcast:
         self.lazy[peer] = None
 
     def _store(self, now: int, msg: Message, hops: int, parent: PeerId | None, grafted: bool) -> None:
-        for mid in [mid for mid, c in self.cache.items() if c.expires <= now]:
-            del self.cache[mid]
-        self.cache[msg.id] = Cached(msg, hops, parent, grafted, now + round(self.params.cache_ttl * NS))
+        """Entries expire in the order they were stored (time only moves
+        forward), so the sweep stops at the first one still valid."""
+        cache = self.cache
+        while cache:
+            oldest = next(iter(cache))
+            if cache[oldest].expires > now:
+                break
+            del cache[oldest]
+        cache[msg.id] = Cached(msg, hops, parent, grafted, now + round(self.params.cache_ttl * NS))
 
     # Message Propagation and Multicast Tree Construction
 
