@@ -26,7 +26,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.postrun import finish_runs, plan_runs, print_outcome, warm_up_analysis
+from cli.postrun import Plan, finish_runs, plan_runs, print_outcome, warm_up_analysis
 from cli.spark_cmd import experiment_running
 from orchestrator.backends import BACKENDS, default_backend
 from orchestrator.errors import InputError
@@ -52,11 +52,21 @@ SeedOption = Annotated[int | None, typer.Option(help="Override the experiment's 
 
 def _load(file: Path, seed: int | None, variant: str | None, out: Path | None, backend: str):
     """The single run `up` starts: a file with variants needs --variant."""
-    plan = plan_runs(file, seed, out, backend, variant)
+    plan = _plan(file, seed, out, backend, variant)
     if len(plan.runs) > 1:
         names = ", ".join(r.variant for r in plan.runs if r.variant)
         raise InputError(f"{file}: has variants ({names}); choose one with --variant")
     return plan.runs[0]
+
+
+def _plan(file: Path, seed: int | None, out: Path | None, backend: str, variant: str | None) -> Plan:
+    """The runs of a file on a real backend, refusing routers it cannot run."""
+    from orchestrator.foreign import refuse_outside_simulator  # noqa: PLC0415
+
+    plan = plan_runs(file, seed, out, backend, variant)
+    for run in plan.runs:
+        refuse_outside_simulator(run.resolved.nodes, backend)
+    return plan
 
 
 def _backend(requested: BackendName | None, quiet: bool) -> str:
@@ -131,7 +141,7 @@ def run(
     from orchestrator.runs import run_experiment  # noqa: PLC0415
 
     backend_name = _backend(backend, as_json)
-    plan = plan_runs(file, seed, out, backend_name, variant)
+    plan = _plan(file, seed, out, backend_name, variant)
     if report:
         warm_up_analysis()
     results = []

@@ -328,7 +328,10 @@ def _control_size(control: Control) -> int:
 
 
 def rpc_size(rpc: Rpc) -> int:
-    """The length of `encode_rpc(rpc)`, computed without encoding."""
+    """The length of `encode_rpc(rpc)`, computed without encoding; an RPC of
+    another protocol (node/episub_wire.py) knows its own `wire_size`."""
+    if type(rpc) is not Rpc:
+        return rpc.wire_size  # type: ignore[attr-defined]
     size = 0
     for sub in rpc.subscriptions:
         size += _field(2 + _str_field(sub.topic))

@@ -132,6 +132,16 @@ def refuse_in_simulator(nodes: Any) -> None:
                              "(or process, for the adapters)")
 
 
+def refuse_outside_simulator(nodes: Any, backend: str) -> None:
+    """Routers only the simulator runs: InputError naming the first node
+    (a NodeSpec) that runs one."""
+    for spec in nodes:
+        kind = ROUTERS.get(spec.router)
+        if kind is not None and kind.simulator_only:
+            raise InputError(f"the {backend} backend cannot run {spec.router} yet: {spec.name} (group {spec.group!r}) "
+                             f"runs it, and only the simulator speaks its wire (docs/episub.md); use `testbed sim`")
+
+
 def _target(spec: str, what: str) -> Callable[..., Any]:
     module, _, name = spec.partition(":")
     try:

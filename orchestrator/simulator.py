@@ -12,11 +12,9 @@ does). Choices are listed in docs/simulator.md.
 
 from __future__ import annotations
 
-import gc
 import heapq
 import random
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -25,11 +23,13 @@ from node.engine.api import NS, Output, Router, TraceEvent, TraceType
 from node.engine.authenticity import Authenticity
 from node.engine.registry import negotiate
 from node.trace_vocab import RunEvent
-from node.wire import Message, PeerId, rpc_size, workload_data
+from node.wire import Message, PeerId, Rpc, rpc_size, workload_data
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
 from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
 from orchestrator.peers import authenticity_for, injector_identity, node_identities
+from orchestrator.sim_dial import DialOnSend
+from orchestrator.sim_gc import quiet_gc
 from orchestrator.sim_stats import SimStats
 from orchestrator.sim_traces import TraceSink
 
@@ -110,6 +110,7 @@ class Simulator:
         self._epoch = 0
         self._expected: dict[bytes, tuple[int, set[str]]] = {}
         self._delivered: set[tuple[bytes, str]] = set()
+        self.dials = DialOnSend({n.peer_id: n.name for n in self.nodes.values()})
         self.now = 0
 
     # Scheduling
@@ -140,7 +141,7 @@ class Simulator:
         self._push(end, _END)
         self.log_event(0, RunEvent.RUN_START)
         self.log_event(self.warmup, RunEvent.ALL_UP, nodes=len(self.nodes))
-        with _quiet_gc():
+        with quiet_gc():
             self._loop(end, advance)
         self.log_event(self.now, RunEvent.RUN_END)
         self.sink.close()
@@ -189,7 +190,6 @@ class Simulator:
         stats = self.stats
         events = list(out.trace)
         conns = node.conns
-        heap = self._heap
         stats.rpcs += len(out.sends)
         for peer, rpc in out.sends:
             events.append(TraceEvent(_SEND_RPC, now, b"", "", peer, "", "", rpc))
@@ -201,25 +201,31 @@ class Simulator:
                 stats.ihave += len(ctl.ihave)
                 stats.iwant += len(ctl.iwant)
             conn = conns.get(peer)
-            if conn is None:
-                continue
-            depart = now
-            if node.uplink_bps:
-                start = max(now, node.uplink_free_at)
-                depart = start + rpc_size(rpc) * 8 * NS // node.uplink_bps
-                node.uplink_free_at = depart
-            if conn.loss and self.rng.random() < conn.loss:
-                stats.rpcs_lost += 1
-                continue
-            arrival = depart + conn.latency
-            if conn.jitter:
-                arrival = max(depart, arrival + self.rng.randint(-conn.jitter, conn.jitter))
-            if arrival < conn.last_arrival:
-                arrival = conn.last_arrival
-            conn.last_arrival = arrival
-            self._seq += 1
-            heapq.heappush(heap, (arrival, _RPC, self._seq, node, conn.peer, (conn.epoch, rpc)))
+            if conn is not None:
+                self._transmit(node, conn, rpc)
+            elif getattr(node.engine, "dials_on_send", False) and (dst := self.dials.hold(node.name, peer, rpc)):
+                self._push(now + self._latency(node.name, dst), _CONNECT, node.name, dst)
         self.sink.write(node.name, node.peer_id, events, (now, out.scores))
+
+    def _transmit(self, node: SimNode, conn: Conn, rpc: Rpc) -> None:
+        """Onto the connection: the uplink serializes, the link loses, delays
+        and jitters (never reordering)."""
+        depart = self.now
+        if node.uplink_bps:
+            start = max(depart, node.uplink_free_at)
+            depart = start + rpc_size(rpc) * 8 * NS // node.uplink_bps
+            node.uplink_free_at = depart
+        if conn.loss and self.rng.random() < conn.loss:
+            self.stats.rpcs_lost += 1
+            return
+        arrival = depart + conn.latency
+        if conn.jitter:
+            arrival = max(depart, arrival + self.rng.randint(-conn.jitter, conn.jitter))
+        if arrival < conn.last_arrival:
+            arrival = conn.last_arrival
+        conn.last_arrival = arrival
+        self._seq += 1
+        heapq.heappush(self._heap, (arrival, _RPC, self._seq, node, conn.peer, (conn.epoch, rpc)))
 
     # Handlers
 
@@ -248,9 +254,12 @@ class Simulator:
     def _on_connect(self, a: str, b: str) -> None:
         na, nb = self.nodes[a], self.nodes[b]
         if na.engine is None or nb.engine is None or na.life.cut_off_from(b) or nb.life.cut_off_from(a):
+            if self.dials.release(a, b):  # a dial on send failed: a's engine hears it a round trip on
+                self._push(self.now + self._latency(a, b), _DISCONNECTED, a, b, None)
             return
         ca, cb = na.conns.get(nb.peer_id), nb.conns.get(na.peer_id)
         if ca is not None and cb is not None and ca.epoch == cb.epoch:
+            self._flush_dials(na, nb, ca)
             return
         proto = negotiate(na.engine.supported_protocols, nb.engine.supported_protocols, na.engine.protocol_id)
         if proto is None:
@@ -266,6 +275,12 @@ class Simulator:
         self.stats.connect += 1
         for me, other in ((na, nb), (nb, na)):  # a dialled b
             self._add_peer(me, other.peer_id, proto, me is na)
+        for me, other in ((na, nb), (nb, na)):
+            self._flush_dials(me, other, me.conns[other.peer_id])
+
+    def _flush_dials(self, node: SimNode, other: SimNode, conn: Conn) -> None:
+        for rpc in self.dials.release(node.name, other.name):
+            self._transmit(node, conn, rpc)
 
     def _add_peer(self, node: SimNode, peer: PeerId, proto: str, outbound: bool) -> None:
         if node.paused:
@@ -334,6 +349,7 @@ class Simulator:
             for topic in sorted(node.life.topics):
                 self._emit(node, node.engine.leave(self.now, topic))
         self._close(node, None)
+        self.dials.forget(node.name)
         node.engine = None
         node.incarnation += 1
 
@@ -432,19 +448,3 @@ class Simulator:
         if node.heartbeat_due:
             node.heartbeat_due = False
             self._on_heartbeat(node.name, node.incarnation)
-
-
-@contextmanager
-def _quiet_gc() -> Iterator[None]:
-    """The simulation allocates millions of short-lived objects and keeps a
-    large, long-lived state; with the default thresholds the cyclic collector
-    rescans that state constantly (a third of the run time at 1,000 nodes).
-    Freeze what exists and collect young objects less often."""
-    old = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(200_000, 50, 100)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()

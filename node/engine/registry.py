@@ -12,6 +12,7 @@ from typing import Any
 
 from node.engine.api import Router, protocol_order
 from node.engine.authenticity import Authenticity
+from node.engine.episub import EpisubParams, EpisubRouter
 from node.engine.floodsub import FloodSubParams, FloodSubRouter
 from node.engine.gossipsub import GossipSubParams, GossipSubRouter
 from node.engine.gossipsub_config import GossipSubV11Params, GossipSubV12Params
@@ -27,7 +28,8 @@ class RouterKind:
     """`mesh_low_key`: the parameter that is the mesh's low-water mark (None:
     the router keeps no mesh), and its default; `mesh_any_topic`: the router
     meshes with peers whatever their topics (simsub's single overlay);
-    `scores_peers`: the router keeps peer scores (node/scorefile.py)."""
+    `scores_peers`: the router keeps peer scores (node/scorefile.py);
+    `simulator_only`: the trio runtime cannot run it yet (episub)."""
 
     name: str
     params: type
@@ -36,6 +38,7 @@ class RouterKind:
     mesh_low_key: str | None = None
     mesh_any_topic: bool = False
     scores_peers: bool = False  # records peer scores each heartbeat (gossipsub v1.1+)
+    simulator_only: bool = False
 
     @property
     def meshes(self) -> bool:
@@ -72,6 +75,7 @@ ROUTERS: dict[str, RouterKind] = {
     "gossipsub-v1.2": RouterKind("gossipsub-v1.2", GossipSubV12Params, GossipSubV12Router, {"gossip": True}, "D_low",
                                  scores_peers=True),
     "simsub": RouterKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True),
+    "episub": RouterKind("episub", EpisubParams, EpisubRouter, simulator_only=True),
 }
 
 
