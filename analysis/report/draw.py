@@ -33,8 +33,14 @@ MARGINS = {"left": 0.15, "right": 0.78, "bottom": 0.19, "top": 0.86}  # the righ
 WIDE_IN = 10.0  # a picture across the page
 GRAPH_HEIGHT_IN = 5.2
 MARKER_COLOUR = "#b45309"
+# A set of more lines or points than this is drawn as an image inside the SVG (text and axes stay
+# vector): thousands of SVG elements are what makes a big report slow to open
+RASTER_ABOVE = 300
+RASTER_DPI = 160
 MAX_NAMED_BARS = 30  # bars named one by one up to this many
 VALUE_MAP = "viridis"  # per-node figures on the overlay (latency, lag): one colour scale everywhere
+# no <metadata> block: no date (same bytes for the same input), no links to RDF vocabularies
+NO_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
 STYLE = {
     "font.size": 9,
     "axes.titlesize": 10,
@@ -57,7 +63,7 @@ def svg(chart: Chart) -> str:
     with matplotlib.rc_context({**STYLE, "svg.hashsalt": chart.id}):
         fig = _draw(chart)
         buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None})
+        fig.savefig(buf, format="svg", metadata=NO_METADATA, dpi=RASTER_DPI)
     text = buf.getvalue()
     text = text[text.index("<svg"):]
     return re.sub(r"<svg ", f'<svg class="chart" id="{chart.id}" role="img" aria-label="{_attr(chart.title)}" ',
@@ -178,7 +184,8 @@ def _graph(fig: MplFigure, c: GraphChart) -> None:
             continue
         widths = list(e.widths) if e.widths else e.width
         ax.add_collection(LineCollection(segs, colors=e.colour, linewidths=widths, label=e.label,
-                                         linestyles="--" if e.dashed else "-", zorder=1))
+                                         linestyles="--" if e.dashed else "-", zorder=1,
+                                         rasterized=len(segs) > RASTER_ABOVE))
     base = max(6.0, min(60.0, 3000.0 / max(len(pos), 1)))
     cmap = colormaps[VALUE_MAP]
     for st in c.nodes:
@@ -194,7 +201,8 @@ def _graph(fig: MplFigure, c: GraphChart) -> None:
         colours = (["#d1d5db" if math.isnan(v) else cmap(norm(v)) for v in st.values] if st.values
                    else st.colour)
         ax.scatter(xs, ys, s=sizes, c=colours, edgecolors="#dc2626" if st.ringed else "white",
-                   linewidths=1.4 if st.ringed else 0.4, label=st.label or None, zorder=3)
+                   linewidths=1.4 if st.ringed else 0.4, label=st.label or None, zorder=3,
+                   rasterized=len(xs) > RASTER_ABOVE)
     for name, text in c.node_labels.items():
         if name in pos:
             ax.annotate(text, pos[name], xytext=(3, 3), textcoords="offset points", fontsize=7, color="#374151")

@@ -216,7 +216,7 @@ def per_node_pictures(d: RunData, colours: Colours, lay: Layout) -> list[Figure]
     nodes = d.table("nodes")
     if not len(nodes):
         return []
-    out = [_valued(d, lay, "lat", "Median latency as a recipient",
+    out = [_valued(d, lay, "nodelat", "Median latency as a recipient",
                    "median latency as a recipient (ms)",
                    {str(n): float(v) for n, v in zip(nodes["node"], nodes["latency_p50_ms"])},
                    {str(n) for n, r in zip(nodes["node"], nodes["delivery_ratio"]) if r == r and r < 1})]
@@ -227,7 +227,7 @@ def per_node_pictures(d: RunData, colours: Colours, lay: Layout) -> list[Figure]
     lag = {str(r["node"]): float(r["lag_p99_ms"]) for r in (f or {}).get("per_node", [])
            if r.get("lag_p99_ms") is not None}
     if lag:
-        out.append(_valued(d, lay, "lag", "Event-loop lag p99",
+        out.append(_valued(d, lay, "nodelag", "Event-loop lag p99",
                            "event-loop lag p99 (ms)", lag, set()))
     return out
 
