@@ -32,7 +32,7 @@ window.addEventListener('load', function () { setTimeout(function () {
   var out = document.createElement('pre'); out.id = 'probe';
   out.textContent = JSON.stringify({charts: charts, client_width: document.documentElement.clientWidth,
     scroll_width: document.documentElement.scrollWidth, load_ms: nav.loadEventEnd || nav.duration,
-    dom_ms: nav.domContentLoadedEventEnd});
+    dom_ms: nav.domContentLoadedEventEnd, laid_out_ms: performance.now()});
   document.body.appendChild(out);
 }, 0); });
 </script>"""
@@ -45,6 +45,7 @@ class Opened:
     scroll_width: float
     load_ms: float
     dom_ms: float
+    laid_out_ms: float  # every chart's box measured (layout done), from the navigation's start
     wall_s: float
     requests: list[str]  # URLs the page asked for, other than its own file
 
@@ -66,8 +67,8 @@ def open_report(report: Path, workdir: Path) -> Opened:
     m = re.search(r'<pre id="probe">(.*?)</pre>', res.stdout, re.S)
     assert m, "the probe did not run\n" + res.stderr[-2000:]
     got = json.loads(html.unescape(m.group(1)))
-    return Opened(got["charts"], got["client_width"], got["scroll_width"], got["load_ms"], got["dom_ms"], wall,
-                  page_requests(netlog))
+    return Opened(got["charts"], got["client_width"], got["scroll_width"], got["load_ms"], got["dom_ms"],
+                  got["laid_out_ms"], wall, page_requests(netlog))
 
 
 def page_requests(netlog: Path) -> list[str]:
