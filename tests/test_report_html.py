@@ -68,7 +68,7 @@ def test_report_renders_offline_in_chromium(two_runs, tmp_path):
     assert_self_contained(text)
     assert "Comparison" in text and "worked-floodsub" in text
     opened = open_report(out, tmp_path / "browser")
-    assert_looks_right(opened, {"cmp-cdf", "cmp-ratio", "cmp-mesh"} | {f"r{i}-{c}" for i in (0, 1) for c in RUN_CHARTS})
+    assert_looks_right(opened, {"cmp-cdf", "cmp-ratio", "cmp-mesh", "cmp-reach"} | {f"r{i}-{c}" for i in (0, 1) for c in RUN_CHARTS})
 
 
 def test_the_delay_line_row_says_what_it_held_and_how_late():

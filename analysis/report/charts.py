@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.report.colours import Colours, palette
+from analysis.report.colours import Colours, palette, run_colour
 from analysis.report.data import RunData, churn_marks
 from analysis.report.specs import Bars, BarChart, Figure, Line, Marker, Panels, XYChart
 
@@ -118,34 +118,37 @@ def per_node_load(d: RunData, colours: Colours) -> Figure:
                            f"{unit} sent", cats, bars, tuple(colours.by_value.items())))
 
 
+def reach_curves(d: RunData) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    """Per message with expected recipients (in publish order): the fraction
+    of them that had it, read on a grid of REACH_POINTS times since its
+    publish (0 to the run's slowest delivery). (grid, curves, messages)."""
+    dl, msgs = d.table("deliveries"), d.table("messages")
+    if not len(dl) or not len(msgs):
+        return np.zeros(0), np.zeros((0, 0)), msgs
+    got = dl[dl["delivered"]]
+    horizon = float(got["latency_ms"].max()) if len(got) else 0.0
+    grid = np.linspace(0.0, max(horizon, 1.0), REACH_POINTS)
+    lat_of = {m: np.sort(g.to_numpy()) for m, g in got.groupby("msg")["latency_ms"]}
+    with_exp = msgs[msgs["expected"] > 0].sort_values("publish_ts")
+    curves = np.array([np.searchsorted(lat_of.get(m, np.array([])), grid, side="right") / n
+                       for m, n in zip(with_exp["msg"], with_exp["expected"])]).reshape(len(with_exp), len(grid))
+    return grid, curves, with_exp
+
+
 def reached_over_time(d: RunData, colours: Colours) -> Figure:
     """Per message: the fraction of its expected recipients that had it, by
     time since its publish; one faint line per message (at most
     MAX_REACH_LINES, evenly chosen) in its publisher's colour, the median
-    over all messages in black. Curves are read on a grid of REACH_POINTS."""
-    dl = d.table("deliveries")
-    msgs = d.table("messages")
-    lines: list[Line] = []
-    shown = total = 0
-    if len(dl) and len(msgs):
-        got = dl[dl["delivered"]]
-        horizon = float(got["latency_ms"].max()) if len(got) else 0.0
-        grid = np.linspace(0.0, max(horizon, 1.0), REACH_POINTS)
-        lat_of = {m: np.sort(g.to_numpy()) for m, g in got.groupby("msg")["latency_ms"]}
-        with_exp = msgs[msgs["expected"] > 0].sort_values("publish_ts")
-        total = len(with_exp)
-        curves = np.array([np.searchsorted(lat_of.get(m, np.array([])), grid, side="right") / n
-                           for m, n in zip(with_exp["msg"], with_exp["expected"])]).reshape(total, len(grid))
-        keep = set(np.linspace(0, total - 1, min(total, MAX_REACH_LINES)).round().astype(int)) if total else set()
-        for i, (pubs, ys) in enumerate(zip(with_exp["publishers"], curves)):
-            if i in keep:
-                who = list(pubs)[0] if len(pubs) else ""
-                lines.append(Line("_", _t(grid), _t(ys), colours.of(who), step=True, faint=True))
-        shown = len(keep)
-        if total:
-            lines.append(Line("median", _t(grid), _t(np.median(curves, axis=0)), "#111827", step=True))
+    over all messages in black."""
+    grid, curves, with_exp = reach_curves(d)
+    total = len(curves)
+    keep = set(np.linspace(0, total - 1, min(total, MAX_REACH_LINES)).round().astype(int)) if total else set()
+    lines = [Line("_", _t(grid), _t(ys), colours.of(list(pubs)[0] if len(pubs) else ""), step=True, faint=True)
+             for i, (pubs, ys) in enumerate(zip(with_exp["publishers"], curves)) if i in keep]
+    if total:
+        lines.append(Line("median", _t(grid), _t(np.median(curves, axis=0)), "#111827", step=True))
     whose = f", coloured by its publisher's {colours.attribute}" if colours.attribute else ""
-    sample = f" ({shown} of {total} messages, evenly spread in publish time)" if shown < total else ""
+    sample = f" ({len(keep)} of {total} messages, evenly spread in publish time)" if len(keep) < total else ""
     return Figure(XYChart(f"r{d.index}-reach", "Fraction of subscribers reached", "time since publish (ms)",
                           "fraction of expected recipients", tuple(lines), ylim=(0, 1.02)),
                   f"One faint line per message{sample}{whose}; black: the median over messages.")
@@ -176,9 +179,12 @@ RUN_CHARTS: tuple[Callable[[RunData, Colours], Figure | None], ...] = (
 
 def comparison(datas: list[RunData]) -> list[Figure]:
     """Variants (or any runs) compared: one colour per run in every chart."""
-    cdf, ratio, mesh = [], [], []
+    cdf, ratio, mesh, reach = [], [], [], []
     for i, d in enumerate(datas):
-        name, c = d.run.name, palette(i)
+        name, c = d.run.name, run_colour(i)
+        grid, curves, _ = reach_curves(d)
+        if len(curves):
+            reach.append(Line(name, _t(grid), _t(np.median(curves, axis=0)), c, step=True))
         if len(t := d.table("latency_cdf")):
             cdf.append(Line(name, _t(t["latency_ms"]), _t(t["quantile"]), c, step=True))
         if len(t := d.table("timeseries_delivery")):
@@ -192,4 +198,7 @@ def comparison(datas: list[RunData]) -> list[Figure]:
         Figure(XYChart("cmp-ratio", "Delivery ratio by publish second, all runs", "publish time (s)",
                        "delivery ratio", tuple(ratio), ylim=(0, 1.05))),
         Figure(XYChart("cmp-mesh", "Mean mesh degree, all runs", "time (s)", "mesh degree (peers)", tuple(mesh))),
+        Figure(XYChart("cmp-reach", "Fraction of subscribers reached, all runs", "time since publish (ms)",
+                       "fraction of expected recipients", tuple(reach), ylim=(0, 1.02)),
+               "Per run, the median over its messages."),
     ]

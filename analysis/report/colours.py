@@ -44,3 +44,11 @@ def for_nodes(topology_nodes: list[dict]) -> Colours:
 
 def palette(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
+
+
+# runs (variants) compared: matplotlib's Dark2, a family apart from the groups' tab10
+RUN_PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
+
+
+def run_colour(i: int) -> str:
+    return RUN_PALETTE[i % len(RUN_PALETTE)]
