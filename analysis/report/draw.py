@@ -66,6 +66,11 @@ def svg(chart: Chart) -> str:
         fig.savefig(buf, format="svg", metadata=NO_METADATA, dpi=RASTER_DPI)
     text = buf.getvalue()
     text = text[text.index("<svg"):]
+    # every id inside this SVG, and every reference to one, prefixed with the chart's id: matplotlib
+    # numbers its groups (axes_1, line2d_1, ...) the same in every figure, and ids are the page's
+    text = re.sub(r'(\sid=")([^"]+)"', lambda m: f'{m.group(1)}{chart.id}-{m.group(2)}"', text)
+    text = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{chart.id}-{m.group(1)})", text)
+    text = re.sub(r'(href=")#([^"]+)"', lambda m: f'{m.group(1)}#{chart.id}-{m.group(2)}"', text)
     return re.sub(r"<svg ", f'<svg class="chart" id="{chart.id}" role="img" aria-label="{_attr(chart.title)}" ',
                   text, count=1)
 
@@ -114,8 +119,6 @@ def _xy(ax, c: XYChart, legend: bool = True) -> None:
         else:
             ax.plot(line.xs, line.ys, marker="o" if len(line.xs) <= 40 and not line.faint else None,
                     markersize=2.5, **kw)
-    if c.xlog:
-        ax.set_xscale("log")
     if c.xlim:
         ax.set_xlim(*c.xlim)
     if c.ylim:

@@ -39,7 +39,6 @@ class Layout:
     overlay: tuple[tuple[str, str], ...]
     cluster_of: dict[str, str]
     members: dict[str, int]
-    seed: int
 
 
 def _nodes(d: RunData) -> list[str]:
@@ -58,7 +57,7 @@ def layout(d: RunData, colours: Colours) -> Layout | None:
     g.add_edges_from((str(e["a"]), str(e["b"])) for e in d.run.topology_edges())
     overlay = tuple(sorted(tuple(sorted(e)) for e in g.edges))
     if len(names) <= AGGREGATE_ABOVE:
-        return Layout(_grouped(g, colours, seed), overlay, {}, {}, seed)
+        return Layout(_grouped(g, colours, seed), overlay, {}, {})
     cluster_of = _clusters(g, colours, seed)
     members = Counter(cluster_of.values())
     cg = nx.Graph()
@@ -67,7 +66,7 @@ def layout(d: RunData, colours: Colours) -> Layout | None:
         if a != b:
             cg.add_edge(a, b, weight=w)
     pos = nx.spring_layout(cg, seed=seed, weight="weight", iterations=LAYOUT_ITERATIONS)
-    return Layout({c: (float(x), float(y)) for c, (x, y) in pos.items()}, overlay, cluster_of, dict(members), seed)
+    return Layout({c: (float(x), float(y)) for c, (x, y) in pos.items()}, overlay, cluster_of, dict(members))
 
 
 def _grouped(g: nx.Graph, colours: Colours, seed: int) -> dict[str, tuple[float, float]]:

@@ -47,7 +47,6 @@ class XYChart:
     markers: tuple[Marker, ...] = ()
     xlim: tuple[float, float] | None = None
     ylim: tuple[float, float] | None = None
-    xlog: bool = False
 
 
 @dataclass(frozen=True)
