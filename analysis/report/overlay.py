@@ -206,7 +206,8 @@ def _mesh_caption(colours: Colours, changes: bool) -> str:
     diff = ("Green: mesh links made since the picture before; dashed red: mesh links lost since. "
             if changes else "")
     return (f"{by}Grey: overlay links (topology.json); black: links in both ends' meshes; dashed amber: in one "
-            f"end's mesh only (a GRAFT or PRUNE on its way, or refused). {diff}Hollow: nodes down at that moment.")
+            f"end's mesh only (a GRAFT or PRUNE on its way, refused, or not in the other end's trace: a bare "
+            f"contract image records none). {diff}Hollow: nodes down at that moment.")
 
 
 def per_node_pictures(d: RunData, colours: Colours, lay: Layout) -> list[Figure]:
