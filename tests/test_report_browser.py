@@ -5,6 +5,7 @@ width; the page scrolls only down and asks the network for nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import analysis
+from orchestrator.router_cpu import FILE
 from tests.report_browser import assert_looks_right, open_report, requires_chromium
 from tests.spark_fixtures import requires_java
 from tests.spark_fixtures import spark  # noqa: F401
@@ -31,12 +33,29 @@ def ids(names: set[str], run: int = 0) -> set[str]:
     return {f"r{run}-{n}" for n in names}
 
 
+def with_router_cpu_and_lag(run: Path) -> None:
+    """What a real backend adds to a run directory: router-cpu.json (CPU
+    samples at up, workload, down) and each node's event-loop lag."""
+    nodes = [f"n{i}" for i in range(16)]
+    samples = [("up", 0, {n: 1.0 for n in nodes}), ("workload", 3, {n: 1.01 for n in nodes}),
+               ("down", 10, {n: 1.2 + 0.01 * i for i, n in enumerate(nodes)})]
+    (run / FILE).write_text(json.dumps({"source": "test", "host_cpus": 2, "samples": [
+        {"at": at, "t_ns": round(t * 1e9), "cpu_s": cpu} for at, t, cpu in samples]}))
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["event_loop_lag"] = {"per_node": {n: {"p50_ms": 1.0, "p99_ms": 3.0 * i, "max_ms": 5.0 * i}
+                                               for i, n in enumerate(nodes)}}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
 def test_the_demo_report(tmp_path, spark):  # noqa: F811
     run = tmp_path / "quick"
     shutil.copytree(QUICK, run, ignore=shutil.ignore_patterns("*.before.json"))
     report = analysis.write_report([run], run / "report.html")
     # the workload's start, after the kill of n7, after its start again
     assert_looks_right(open_report(report, tmp_path / "browser"), ids(CHARTS | {"mesh0", "mesh1", "mesh2"}))
+    with_router_cpu_and_lag(run)  # a real backend's run: the lag on the overlay too
+    report = analysis.write_report([run], run / "report.html")
+    assert_looks_right(open_report(report, tmp_path / "browser-lag"), ids(CHARTS | {"mesh0", "nodelag"}))
 
 
 def test_a_250_node_report(tmp_path, spark):  # noqa: F811
