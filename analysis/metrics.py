@@ -39,7 +39,9 @@ from analysis.completeness import check_complete
 from analysis.ingest import SCHEMA as EVENTS_SCHEMA
 from analysis.ingest import IngestResult
 from analysis.implementations import declared, per_implementation
+from analysis.mesh import mesh_link_changes, mesh_links_at, snapshot_times
 from analysis.rundir import RunDir
+from analysis.spread import first_delivery_tree
 from node.trace_vocab import (
     ADD_PEER,
     DELIVER,
@@ -482,10 +484,17 @@ def messages(spark, E, publishes: list[dict[str, Any]]):
 
 
 def first_deliveries(E):
-    """Each node's first DELIVER_MESSAGE of each message."""
+    """Each node's first DELIVER_MESSAGE of each message (the earliest in
+    trace order) and the peer it came from."""
     from pyspark.sql import functions as F
 
-    return E.where(F.col("type") == DELIVER).groupBy("msg", "node").agg(F.min("ts").alias("deliver_ts"))
+    first = F.min(F.struct("ts", "seq", "peer"))
+    return (
+        E.where(F.col("type") == DELIVER)
+        .groupBy("msg", "node")
+        .agg(first.alias("first"))
+        .select("msg", "node", F.col("first.ts").alias("deliver_ts"), F.col("first.peer").alias("from_peer"))
+    )
 
 
 def duplicates(E):
@@ -629,6 +638,7 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
         dlv.expected_recipients(msgs, ctx.subscriptions, ctx.down), first
     )
     publishers = {m: list(p) for m, p in zip(msgs["msg"], msgs["publishers"])}
+    _write_pandas(first_delivery_tree(first, publishers), out_dir / "first_deliveries.parquet")
 
     step("lower bound (shortest paths)")
     edges = run.topology_edges()
@@ -664,6 +674,11 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     mesh_samples, mesh_hist = mesh_degree(structure, ctx)
     _write_pandas(mesh_samples, out_dir / "mesh_degree.parquet")
     _write_pandas(mesh_hist, out_dir / "mesh_degree_hist.parquet")
+    snapshots = snapshot_times(
+        int(msgs["publish_ts"].min()) if len(msgs) else None, ctx.churn, t0, ctx.t_end
+    )
+    _write_pandas(mesh_links_at(mesh_link_changes(structure, ctx.resets), snapshots, t0),
+                  out_dir / "mesh_links.parquet")
 
     step("per-node load")
     nodes_df = pd.DataFrame({"node": ctx.nodes})
@@ -689,6 +704,9 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
         has_sizes=has_sizes,
         in_flight=in_flight,
     )
+    summary["mesh_snapshots"] = [{"t_s": (snap.t_ns - t0) / NS, "label": snap.label,
+                                  "down": sorted({n for n, start, end in ctx.down if start <= snap.t_ns < end})}
+                                 for snap in snapshots]
     if declared(run.topology_nodes()):
         summary["implementations"] = per_implementation(run.topology_nodes(), nodes_df, per_node, deliveries_pd)
     return summary
@@ -854,25 +872,7 @@ def mesh_degree(rows: pd.DataFrame, ctx: Context) -> tuple[pd.DataFrame, pd.Data
     them, with numpy for the per-second grid."""
     import numpy as np
 
-    # per mesh link (node, topic, peer): its state changes (ts, seq, state)
-    changes: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
-    for node, typ, topic, peer, ts, seq in rows[rows["type"].isin([GRAFT, PRUNE])].itertuples(index=False):
-        changes[(node, topic, peer)].append((int(ts), int(seq), 1 if typ == GRAFT else 0))
-    by_node_peer: dict[tuple, list] = defaultdict(list)
-    by_node_topic: dict[tuple, list] = defaultdict(list)
-    by_node: dict[str, list] = defaultdict(list)
-    for link in list(changes):
-        node, topic, peer = link
-        by_node_peer[(node, peer)].append(link)
-        by_node_topic[(node, topic)].append(link)
-        by_node[node].append(link)
-    for node, typ, topic, peer, ts, seq in rows[rows["type"].isin([REMOVE_PEER, LEAVE])].itertuples(index=False):
-        links = by_node_peer.get((node, peer), ()) if typ == REMOVE_PEER else by_node_topic.get((node, topic), ())
-        for link in links:
-            changes[link].append((int(ts), int(seq), 0))
-    for node, ts in ctx.resets:
-        for link in by_node.get(node, ()):
-            changes[link].append((int(ts), -1, 0))
+    changes = mesh_link_changes(rows, ctx.resets)
 
     def peer_key(peer):  # Spark orders nulls first
         return (peer is not None, peer or "")

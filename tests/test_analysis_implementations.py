@@ -17,7 +17,7 @@ import pytest
 import analysis
 from analysis.implementations import declared, per_implementation
 from analysis.ingest import iter_events
-from analysis.report import _implementations_table
+from analysis.report.tables import implementations as implementation_rows
 from node.codec import encode_uvarint
 from node.trace_vocab import DELIVER, DUPLICATE, PUBLISH
 from tests.spark_fixtures import requires_java
@@ -69,9 +69,9 @@ def test_unavailable_metrics_are_null_not_zero():
     assert theirs["rpcs_sent"] is None and theirs["bytes_sent"] is None
     assert theirs["delivery_ratio"] == 7 / 8 and theirs["duplicates_per_delivery"] == 1.0
     assert theirs["latency_p50_ms"] == 20.0
-    html = _implementations_table({"implementations": out})
-    assert html.count("unavailable") == 2 and STAND_IN in html
-    assert _implementations_table({"implementations": {"gossip-testbed": ours}}) == ""
+    names, rows = implementation_rows({"implementations": out})
+    assert STAND_IN in names and sum(cells.count("unavailable") for _, cells in rows) == 2
+    assert implementation_rows({"implementations": {"gossip-testbed": ours}}) == ([], [])
 
 
 @requires_java
@@ -92,3 +92,4 @@ def test_mixed_run_breakdown_and_report(tmp_path, spark):  # noqa: F811
     assert on_disk["rpcs_sent"] is None
     html = analysis.write_report([run], tmp_path / "report.html").read_text()
     assert "<h3>Implementations</h3>" in html and "unavailable" in html
+    assert 'id="r0-impl"' in html  # the latency CDF panels, one per implementation

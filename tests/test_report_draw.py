@@ -1,0 +1,68 @@
+"""Chart specs drawn by matplotlib (analysis/report/draw.py): legends and
+colour bars beside the data, never on it; the same spec gives the same
+bytes; ids never collide between the charts of one page; an empty chart
+says "no data"."""
+
+from __future__ import annotations
+
+import re
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from analysis.report.draw import _draw, svg
+from analysis.report.specs import Edges, GraphChart, Line, Marker, NodeStyle, XYChart
+
+
+def xy(chart_id: str, n_lines: int = 4) -> XYChart:
+    lines = tuple(Line(f"series {i}", tuple(float(x) for x in range(50)),
+                       tuple(float(x * (i + 1)) for x in range(50)), f"C{i}") for i in range(n_lines))
+    return XYChart(chart_id, "A chart", "time (s)", "value (ms)", lines, (Marker(10.0, "kill n1"),))
+
+
+def extents(fig):
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    return renderer
+
+
+def test_an_xy_legend_sits_right_of_the_plot():
+    fig = _draw(xy("t-xy"))
+    renderer = extents(fig)
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(renderer)
+    plot = ax.get_window_extent(renderer)
+    assert legend.x0 >= plot.x1  # beside the data, not on it
+    assert legend.x1 <= fig.bbox.x1  # and inside the picture
+    assert ax.get_xlabel() == "time (s)" and ax.get_ylabel() == "value (ms)"
+
+
+def test_a_graph_legend_and_colour_bar_stay_off_the_picture():
+    pos = {f"n{i}": (float(i % 5), float(i // 5)) for i in range(25)}
+    chart = GraphChart("t-graph", "A graph", pos,
+                       (Edges("overlay (24)", tuple((f"n{i}", f"n{i + 1}") for i in range(24)), "#ccc", 0.6),),
+                       (NodeStyle("", tuple(pos), values=tuple(float(i) for i in range(25))),
+                        NodeStyle("missed deliveries (2)", ("n3", "n7"), values=(3.0, 7.0), ringed=True)),
+                       scale="latency (ms)")
+    fig = _draw(chart)
+    renderer = extents(fig)
+    picture, bar = fig.axes[0].get_window_extent(renderer), fig.axes[1].get_window_extent(renderer)
+    legend = fig.legends[0].get_window_extent(renderer)
+    assert bar.x0 >= picture.x1
+    assert legend.y1 <= picture.y0 + 1  # below the picture
+    assert legend.x0 >= 0 and legend.x1 <= fig.bbox.x1
+
+
+def test_the_same_spec_gives_the_same_bytes_and_ids_differ_between_charts():
+    a, b = svg(xy("t-a")), svg(xy("t-b"))
+    assert a == svg(xy("t-a"))
+    assert a.startswith('<svg class="chart" id="t-a"')
+    ids_a = set(re.findall(r' id="([^"]+)"', a)) - {"t-a"}
+    ids_b = set(re.findall(r' id="([^"]+)"', b)) - {"t-b"}
+    assert ids_a and not ids_a & ids_b
+    refs = set(re.findall(r'url\(#([^)]+)\)', a)) | set(re.findall(r'href="#([^"]+)"', a))
+    assert refs and refs <= ids_a  # every reference still finds its target
+    assert "<metadata" not in a and "<script" not in a
+
+
+def test_an_empty_chart_says_no_data():
+    assert "no data" in svg(XYChart("t-empty", "Nothing", "time (s)", "value", ()))
