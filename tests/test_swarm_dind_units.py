@@ -1,15 +1,19 @@
 """The Docker-in-Docker lab's parts that need no engine: how a node
 container is asked for (every capability the engine has, not --privileged;
 its own label, never the testbed's), what its entry does before dockerd, the
-engine map the swarm backend reads, and the image tag following its inputs."""
+engine map the swarm backend reads, the image tag following its inputs; and
+how collection reports a router lost with its swarm node."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 from orchestrator import swarm_dind
 from orchestrator.docker_util import LABEL, LABEL_STATE, LABEL_TESTBED
-from orchestrator.swarm_engine import ENGINES_ENV, engine_urls
+from orchestrator.errors import BackendUnavailable
+from orchestrator.swarm_collect import collect_one
+from orchestrator.swarm_engine import ENGINES_ENV, Task, engine_urls
 
 
 def test_a_node_has_every_capability_but_the_one_the_engine_lacks_and_is_not_privileged():
@@ -53,3 +57,38 @@ def test_the_image_tag_follows_the_base():
     assert swarm_dind.dind_image_tag("sha256:a") == swarm_dind.dind_image_tag("sha256:a")
     assert swarm_dind.dind_image_tag("sha256:a").startswith(swarm_dind.DIND_REPO + ":")
 
+
+
+class _Swarm:
+    """The manager's answers a collection asks for: task list, hostnames, node state."""
+
+    def __init__(self, state: str) -> None:
+        self.state = state
+
+    def tasks(self, service):
+        return [Task("t2", "running", "running", "node3", "c2", 30001, ""),
+                Task("t1", "complete", "shutdown", "node3", "c1", None, "")]
+
+    def hostname(self, node_id):
+        return {"node3": "lab-3"}[node_id]
+
+    def node_state(self, node_id):
+        return self.state
+
+    def engine(self, node_id, why):
+        raise BackendUnavailable(f"{why}: the Docker engine at tcp://172.30.0.4:2375 does not answer")
+
+
+def test_a_node_whose_swarm_node_is_down_is_reported_lost_with_its_history_kept(tmp_path):
+    (tmp_path / "node-logs").mkdir()
+    line = collect_one(_Swarm("down"), "gtb-x-g3-0", "g3-0", tmp_path, "img", {})
+    assert line.startswith("g3-0: lost with swarm node lab-3")
+    assert "volume gtb-x-g3-0" in line
+    history = json.loads((tmp_path / "node-logs" / "g3-0.swarm.json").read_text())
+    assert [h["swarm_node"] for h in history] == ["lab-3", "lab-3"]
+
+
+def test_a_node_on_a_ready_swarm_node_that_cannot_be_reached_is_not_called_lost(tmp_path):
+    (tmp_path / "node-logs").mkdir()
+    line = collect_one(_Swarm("ready"), "gtb-x-g3-0", "g3-0", tmp_path, "img", {})
+    assert line.startswith("g3-0: traces not collected:") and "lost" not in line
