@@ -79,8 +79,9 @@ class _Swarm:
         raise BackendUnavailable(f"{why}: the Docker engine at tcp://172.30.0.4:2375 does not answer")
 
 
-def test_a_node_whose_swarm_node_is_down_is_reported_lost_with_its_history_kept(tmp_path):
+def test_a_node_whose_swarm_node_is_down_is_reported_lost_with_its_history_kept(tmp_path, monkeypatch):
     (tmp_path / "node-logs").mkdir()
+    monkeypatch.delenv(ENGINES_ENV, raising=False)
     line = collect_one(_Swarm("down"), "gtb-x-g3-0", "g3-0", tmp_path, "img", {})
     assert line.startswith("g3-0: lost with swarm node lab-3")
     assert "volume gtb-x-g3-0" in line
@@ -88,7 +89,15 @@ def test_a_node_whose_swarm_node_is_down_is_reported_lost_with_its_history_kept(
     assert [h["swarm_node"] for h in history] == ["lab-3", "lab-3"]
 
 
-def test_a_node_on_a_ready_swarm_node_that_cannot_be_reached_is_not_called_lost(tmp_path):
+def test_a_node_whose_named_engine_does_not_answer_is_lost_before_the_manager_notices(tmp_path, monkeypatch):
     (tmp_path / "node-logs").mkdir()
+    monkeypatch.setenv(ENGINES_ENV, "lab-3=tcp://172.30.0.4:2375")
+    line = collect_one(_Swarm("ready"), "gtb-x-g3-0", "g3-0", tmp_path, "img", {})
+    assert line.startswith("g3-0: lost with swarm node lab-3 (the manager reports it ready, its engine does not")
+
+
+def test_a_node_on_a_ready_swarm_node_with_no_engine_named_is_not_called_lost(tmp_path, monkeypatch):
+    (tmp_path / "node-logs").mkdir()
+    monkeypatch.delenv(ENGINES_ENV, raising=False)
     line = collect_one(_Swarm("ready"), "gtb-x-g3-0", "g3-0", tmp_path, "img", {})
     assert line.startswith("g3-0: traces not collected:") and "lost" not in line
