@@ -107,17 +107,26 @@ def build_dind_image(client: Any, reporter: Reporter) -> str:
 
 
 def container_options(lab: str, index: int, image: str) -> dict[str, Any]:
-    """docker-py `containers.run` keywords for node `index` of `lab`."""
+    """docker-py `containers.create` keywords for node `index` of `lab`
+    (its host config is `host_config`)."""
     name = f"{lab}-{index}"
-    return dict(
-        image=image, name=name, hostname=name, detach=True,
-        labels={LABEL_DIND: lab}, network=lab,
-        cap_add=["ALL"], cap_drop=list(CAPABILITIES_MISSING),
-        security_opt=["seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"],
-        device_cgroup_rules=["a *:* rwm"],
-        tmpfs={"/run": "", "/var/run": ""},
-        volumes={name: {"bind": "/var/lib/docker", "mode": "rw"}},
-    )
+    return dict(image=image, name=name, hostname=name, labels={LABEL_DIND: lab})
+
+
+def host_config(lab: str, index: int) -> dict[str, Any]:
+    """The node's HostConfig as the engine API takes it. MaskedPaths and
+    ReadonlyPaths empty is what the CLI's `--security-opt
+    systempaths=unconfined` sends (the engine itself refuses that string):
+    the nested dockerd writes /proc/sys (ip_forward, bridge settings)."""
+    return {
+        "NetworkMode": lab,
+        "CapAdd": ["ALL"], "CapDrop": list(CAPABILITIES_MISSING),
+        "SecurityOpt": ["seccomp=unconfined", "apparmor=unconfined"],
+        "MaskedPaths": [], "ReadonlyPaths": [],
+        "DeviceCgroupRules": ["a *:* rwm"],
+        "Tmpfs": {"/run": "", "/var/run": ""},
+        "Binds": [f"{lab}-{index}:/var/lib/docker:rw"],
+    }
 
 
 def start_nodes(client: Any, lab: str, count: int, image: str) -> list[DindNode]:
@@ -132,14 +141,15 @@ def start_nodes(client: Any, lab: str, count: int, image: str) -> list[DindNode]
         opts = container_options(lab, index, image)
         client.volumes.create(opts["name"], labels={LABEL_DIND: lab})
         try:
-            container = client.containers.run(**opts)
+            created = client.api.create_container(**opts, host_config=host_config(lab, index))
+            client.api.start(created["Id"])
         except docker.errors.APIError as exc:
             raise TestbedError(f"the Docker-in-Docker node {opts['name']} did not start: {exc}") from exc
-        container.reload()
+        container = client.containers.get(created["Id"])
         address = container.attrs["NetworkSettings"]["Networks"][lab]["IPAddress"]
         nodes.append(DindNode(opts["name"], opts["hostname"], address))
     for node in nodes:
-        wait_engine(client, node)
+        wait_engine(client, node).close()
     return nodes
 
 
@@ -150,12 +160,10 @@ def wait_engine(client: Any, node: DindNode, timeout: float = READY_TIMEOUT_S) -
 
     deadline = time.monotonic() + timeout
     while True:
-        engine = docker.DockerClient(base_url=node.url, timeout=120)
-        try:
-            engine.ping()
-            return engine
-        except Exception:  # noqa: BLE001 - connection refused until dockerd listens
-            engine.close()
+        try:  # the client asks the engine's API version as it is made
+            return docker.DockerClient(base_url=node.url, timeout=120)
+        except docker.errors.DockerException:  # connection refused until dockerd listens
+            pass
         container = client.containers.get(node.container)
         if container.status != "running" or time.monotonic() > deadline:
             tail = container.logs(tail=15).decode(errors="replace")

@@ -19,11 +19,13 @@ from orchestrator.swarm_engine import ENGINES_ENV, Task, engine_urls
 def test_a_node_has_every_capability_but_the_one_the_engine_lacks_and_is_not_privileged():
     opts = swarm_dind.container_options("lab", 2, "gossip-testbed/dind:x")
     assert opts["name"] == opts["hostname"] == "lab-2"
-    assert "privileged" not in opts
-    assert opts["cap_add"] == ["ALL"] and opts["cap_drop"] == ["SYS_RESOURCE"]
-    assert "seccomp=unconfined" in opts["security_opt"]
-    assert opts["volumes"] == {"lab-2": {"bind": "/var/lib/docker", "mode": "rw"}}
-    assert opts["network"] == "lab"
+    config = swarm_dind.host_config("lab", 2)
+    assert "Privileged" not in config
+    assert config["CapAdd"] == ["ALL"] and config["CapDrop"] == ["SYS_RESOURCE"]
+    assert "seccomp=unconfined" in config["SecurityOpt"]
+    assert config["MaskedPaths"] == [] and config["ReadonlyPaths"] == []
+    assert config["Binds"] == ["lab-2:/var/lib/docker:rw"]
+    assert config["NetworkMode"] == "lab"
 
 
 def test_a_lab_carries_its_own_label_so_testbed_cleanup_never_takes_its_engines():
