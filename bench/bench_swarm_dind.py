@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTBED = str(ROOT / ".venv" / "bin" / "testbed")
 NODES = 3
 ROUTERS_PER_NODE = 2
+SETTLE_S = 60.0  # gc, then every engine empty within this
 
 
 def experiment(lab: str) -> str:
@@ -166,9 +167,14 @@ def main() -> int:
         checks["remote kill and restart"] = figures.get("killed_history") == 2
         checks["delivery across engines"] = figures.get("delivery_ratio", 0) >= 0.99
 
+        started = time.monotonic()
         gc = cli(env, "gc", "--yes", "--json")
         figures["gc_exit"] = gc.returncode
         left = leftovers(nodes)
+        while any(left.values()) and time.monotonic() - started < SETTLE_S:
+            time.sleep(2)  # workers remove their task containers after the manager removed the services
+            left = leftovers(nodes)
+        figures["gc_empty_after_s"] = round(time.monotonic() - started, 1)
         figures["left_after_gc"] = left
         checks["nothing left on any engine"] = gc.returncode == 0 and not any(left.values())
 
