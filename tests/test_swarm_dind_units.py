@@ -103,3 +103,20 @@ def test_a_node_on_a_ready_swarm_node_with_no_engine_named_is_not_called_lost(tm
     monkeypatch.delenv(ENGINES_ENV, raising=False)
     line = collect_one(_Swarm("ready"), "gtb-x-g3-0", "g3-0", tmp_path, "img", {})
     assert line.startswith("g3-0: traces not collected:") and "lost" not in line
+
+
+def test_down_reports_a_cleanup_line_once_when_the_graceful_down_said_it_already(tmp_path, monkeypatch):
+    from orchestrator import runs  # noqa: PLC0415
+    from orchestrator.state import StateStore  # noqa: PLC0415
+
+    store = StateStore(tmp_path / "state")
+    store.create({"name": "tb", "backend": "swarm", "status": "up"})
+    note = "volumes on swarm node lab-3 not checked: its Docker engine is not reachable"
+
+    class Graceful:
+        def down(self) -> list[str]:
+            return [note]
+
+    monkeypatch.setattr(runs.Controller, "attach", staticmethod(lambda *a, **k: Graceful()))
+    monkeypatch.setattr(runs, "_cleanup_with", lambda *a: [note, "removed volume v"])
+    assert runs.down_testbed("tb", store) == [note, "removed volume v"]
