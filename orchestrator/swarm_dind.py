@@ -14,8 +14,9 @@ Why not `--privileged`: on an engine whose own bounding set lacks a
 capability (here: CAP_SYS_RESOURCE), `--privileged` asks runc for every
 capability and the start fails with "unable to apply caps: operation not
 permitted". A node therefore gets every capability the engine has
-(`--cap-add ALL --cap-drop SYS_RESOURCE`), no seccomp/AppArmor profile, every
-device in its device cgroup, and its entry remounts /sys and its cgroup
+(`--cap-add ALL --cap-drop SYS_RESOURCE`), no seccomp/AppArmor profile, no
+masked or read-only /proc paths, every device in its device cgroup, and its
+entry remounts /sys and its cgroup
 hierarchies read-write (Docker mounts them read-only into unprivileged
 containers; the nested dockerd creates its containers' cgroups there). The
 storage driver is vfs: it works on any backing filesystem.
@@ -107,7 +108,7 @@ def build_dind_image(client: Any, reporter: Reporter) -> str:
 
 
 def container_options(lab: str, index: int, image: str) -> dict[str, Any]:
-    """docker-py `containers.create` keywords for node `index` of `lab`
+    """docker-py `api.create_container` keywords for node `index` of `lab`
     (its host config is `host_config`)."""
     name = f"{lab}-{index}"
     return dict(image=image, name=name, hostname=name, labels={LABEL_DIND: lab})
