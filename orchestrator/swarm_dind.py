@@ -16,10 +16,10 @@ capability and the start fails with "unable to apply caps: operation not
 permitted". A node therefore gets every capability the engine has
 (`--cap-add ALL --cap-drop SYS_RESOURCE`), no seccomp/AppArmor profile, no
 masked or read-only /proc paths, every device in its device cgroup, and its
-entry remounts /sys and its cgroup
-hierarchies read-write (Docker mounts them read-only into unprivileged
-containers; the nested dockerd creates its containers' cgroups there). The
-storage driver is vfs: it works on any backing filesystem.
+entry remounts /sys and its cgroup hierarchies read-write (Docker mounts them
+read-only into unprivileged containers; the nested dockerd creates its
+containers' cgroups there). The storage driver is vfs: it works on any
+backing filesystem.
 
 Everything created carries LABEL_DIND=<lab>, not the testbed's own labels, so
 `testbed down --all`/`gc` of other testbeds never removes a lab's engines;
