@@ -131,6 +131,7 @@ def main() -> int:
     figures: dict[str, Any] = {"lab": lab, "load": os.getloadavg()}
     checks: dict[str, bool] = {}
     work = Path(tempfile.mkdtemp(prefix="bench-dind-"))
+    figures["work"] = str(work)  # the run directories stay, to be read
     try:
         reporter = Reporter()
         tag = ensure_image(reporter)
