@@ -210,6 +210,11 @@ class Backend(ABC):
         where the backend cannot tell (orchestrator/router_cpu.py)."""
         return {}
 
+    def collection_warnings(self) -> list[str]:
+        """Nodes whose files `collect_traces` could not bring home, and why
+        (a swarm node lost with its engine), for the run's warnings."""
+        return []
+
     def shaping_warnings(self) -> list[str]:
         """Where links were not shaped as asked, found when the testbed ended
         (read after `destroy`, for the manifest's warnings)."""

@@ -395,7 +395,7 @@ class Controller:
                 incomplete, lines = exc, exc.removed
                 self._warn(str(exc))
         self.foreign_outputs, warnings = convert_outputs(self.run_dir, list(self.nodes))
-        for message in warnings:
+        for message in self.backend.collection_warnings() + warnings:
             self._warn(message)
         self._check_traces()
         self.write_manifest(final=True, lags=lags)

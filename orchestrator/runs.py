@@ -46,8 +46,8 @@ def down_testbed(testbed: str, store: StateStore | None = None, reporter: Report
         except TestbedError as exc:
             lines.append(f"{testbed}: graceful stop failed ({exc}); cleaning up")
     backend_names = [record.get("backend")] if record and record.get("backend") in BACKENDS else list(BACKENDS)
-    for name in backend_names:
-        lines += _cleanup_with(name, testbed, store)
+    for name in backend_names:  # a line the graceful `down` already reported is not repeated
+        lines += [line for line in _cleanup_with(name, testbed, store) if line not in lines]
     store.remove(testbed)
     return lines
 

@@ -54,7 +54,7 @@ from orchestrator.docker_util import (
 )
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
 from orchestrator.state import StateStore
-from orchestrator.swarm_collect import collect_node
+from orchestrator.swarm_collect import collect_one
 from orchestrator.swarm_engine import Swarm, Task, overlay_subnet
 from orchestrator.swarm_teardown import find, remove
 
@@ -98,6 +98,7 @@ class SwarmBackend(Backend):
         self._launched: list[NodeConfig] = []  # deferred starts made, not yet seen running
         self._tasks: dict[str, Task] = {}
         self._superseded: dict[str, set[str]] = {}  # a node's tasks from before its latest start
+        self._problems: list[str] = []  # what collect_traces could not bring home
 
     # ------------------------------------------------------------ set-up
 
@@ -395,18 +396,15 @@ class SwarmBackend(Backend):
 
     def collect_traces(self) -> None:
         """Copy each node's volume (trace, lag file, log, shaping record)
-        into the run directory; record its task's final state."""
-        problems = [p for p in bounded(self._collect_one, self._nodes(), PARALLEL) if p]
-        if problems:
-            self.reporter.note("; ".join(problems))
+        into the run directory; record its task's final state. A node that
+        could not be read (lost with its swarm node) is a collection warning."""
+        image = self._image()
+        self._problems = [p for p in bounded(lambda node: collect_one(
+            self.swarm, service_name(self.testbed, node), node, self.run_dir, image, self.labels(node)),
+            self._nodes(), PARALLEL) if p]
 
-    def _collect_one(self, node: str) -> str | None:
-        name = service_name(self.testbed, node)
-        tasks = self.swarm.tasks(name)
-        try:
-            return collect_node(self.swarm, tasks, name, node, self.run_dir, self._image(), self.labels(node))
-        except (BackendUnavailable, TestbedError) as exc:
-            return f"{node}: traces not collected: {exc}"
+    def collection_warnings(self) -> list[str]:
+        return list(self._problems)
 
     def manifest_facts(self) -> dict[str, Any]:
         """Per node, the shaping its task applied (from node-logs/<node>.shaping.json)."""

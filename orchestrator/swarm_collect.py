@@ -27,11 +27,46 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.docker_nodedir import MOUNT
-from orchestrator.errors import TestbedError
-from orchestrator.swarm_engine import Swarm, Task
+from orchestrator.errors import BackendUnavailable, TestbedError
+from orchestrator.swarm_engine import Swarm, Task, engine_urls
 
 PLACES = {"trace.pb": "traces/{node}.pb", "lag.json": "node-logs/{node}.lag.json",
           "node.log": "node-logs/{node}.log", "shaping.json": "node-logs/{node}.shaping.json"}
+
+
+def collect_one(swarm: Swarm, service: str, node: str, run_dir: Path, image: str,
+                labels: Mapping[str, str]) -> str | None:
+    """Collect one node (its volume is named as its service); a problem line,
+    or None. A node whose engine does not answer and whose swarm node the
+    manager reports down is lost: it says so, and what was collected of the
+    others is kept."""
+    tasks = swarm.tasks(service)
+    try:
+        return collect_node(swarm, tasks, service, node, run_dir, image, labels)
+    except BackendUnavailable as exc:
+        return lost_or_unreachable(swarm, tasks, node, service, exc)
+    except TestbedError as exc:
+        return f"{node}: traces not collected: {exc}"
+
+
+def lost_or_unreachable(swarm: Swarm, tasks: Sequence[Task], node: str, volume: str,
+                        exc: BackendUnavailable) -> str:
+    """The line for a node whose engine could not be reached. Lost: the
+    manager reports its swarm node down, or its engine is named in
+    TESTBED_SWARM_ENGINES and does not answer (the manager notices a lost
+    node only after some heartbeats). Otherwise it is only not reachable from
+    here (no engine named for it)."""
+    placed = [t for t in tasks if t.node_id]
+    if not placed:
+        return f"{node}: traces not collected: {exc}"
+    node_id = placed[0].node_id
+    host, state = swarm.hostname(node_id), swarm.node_state(node_id)
+    named = host in engine_urls()
+    if state not in ("down", "disconnected") and not named:
+        return f"{node}: traces not collected: {exc}"
+    why = f"the manager reports it {state}" + (", its engine does not answer" if named else "")
+    return (f"{node}: lost with swarm node {host} ({why}): its trace stays in volume {volume} on that "
+            f"node, not collected; its task history is in node-logs/{node}.swarm.json")
 
 
 def collect_node(swarm: Swarm, tasks: Sequence[Task], volume: str, node: str, run_dir: Path, image: str,

@@ -120,6 +120,12 @@ class Swarm:
             self._nodes[node_id] = self.client.api.inspect_node(node_id)
         return self._nodes[node_id]
 
+    def node_state(self, node_id: str) -> str:
+        """The manager's view of a swarm node now (ready, down, unknown,
+        disconnected), asked afresh: a node lost mid-run turns down."""
+        self._nodes[node_id] = self.client.api.inspect_node(node_id)
+        return (self._nodes[node_id].get("Status") or {}).get("State", "unknown")
+
     def node_ids(self) -> list[str]:
         return [n["ID"] for n in self.client.api.nodes()]
 
