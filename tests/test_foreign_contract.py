@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import yaml
 
 from node.go_params import from_go, go_gossipsub_params
 from node.identity import identity_for_index
@@ -23,6 +24,7 @@ from node.interop import NdjsonTrace, contract_config, hostname_index, rfc3339, 
 from node.interop_trace import convert, message_id_bytes, parse_time
 from node.tracefile import read_trace
 from node.trace_vocab import TraceType
+from orchestrator.experiment.dump import resolved_to_yaml
 from orchestrator.experiment.spec import load_experiment
 from orchestrator.foreign import implementation, trace_events
 from orchestrator.interop_script import node_script, publish_instructions, wait_seconds
@@ -62,10 +64,14 @@ def test_the_mixed_file_is_valid(tmp_path):
 
 
 @pytest.mark.parametrize("old, new, where, words", [
-    ("wire: {message_id: first-8-bytes}", "wire: {}", "x.yaml:7: groups[1].router:",
-     "set wire.message_id: first-8-bytes"),
+    ("wire: {message_id: first-8-bytes}", "wire: {message_id: from-seqno}", "x.yaml:10: wire.message_id:",
+     "the routers present can all run: first-8-bytes"),
     ("message_id: first-8-bytes}", "message_id: first-8-bytes, authenticity: author}", "x.yaml:10: wire.authenticity:",
-     "signs and checks strictly"),
+     "the routers present can all run: anonymous (a gossipsub-interop contract node publishes unsigned"),
+    ("message_id: first-8-bytes}", "message_id: first-8-bytes, authenticity: strict}", "x.yaml:10: wire.authenticity:",
+     "StrictNoSign + WithNoAuthor"),
+    ("{name: ours, count: 3, router: gossipsub,", "{name: ours, count: 3, router: py-libp2p,", "x.yaml:7: groups[1].router:",
+     "group 'bare' runs image:example/go-node:1, whose messages (authenticity: anonymous) no other router here"),
     ("publishers: {nodes: [bare-1]}", "inject: 2", "x.yaml:11: workload.inject:", "only publishes its own"),
     ("heartbeat_interval: 0.7}", "seen_ttl: 30}", "x.yaml:8: groups[1].router_params.seen_ttl:", "go's GossipSubParams"),
     ("contract: gossipsub-interop}", "contract: other}", "x.yaml:7: groups[1].router.contract:",
@@ -78,11 +84,35 @@ def test_validate_refuses_what_cannot_combine(tmp_path, old, new, where, words):
     assert where in proc.stderr and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_the_contract_wire_is_the_default_next_to_bare_images(tmp_path):
+    """Bare images run only the contract's wire (unsigned, first-8-bytes
+    ids): the user need not write it, and the resolved file records it."""
+    exp = load_experiment(write(tmp_path, MIXED.replace("wire: {message_id: first-8-bytes}\n", "")))
+    assert (exp.wire.authenticity, exp.wire.message_id) == ("anonymous", "first-8-bytes")
+    assert yaml.safe_load(resolved_to_yaml(exp.resolve(), exp))["wire"] == {
+        "security": "noise", "authenticity": "anonymous", "message_id": "first-8-bytes"}
+    proc = run_testbed("validate", str(write(tmp_path, MIXED.replace("wire: {message_id: first-8-bytes}", "wire: {}"))))
+    assert proc.returncode == 0, proc.stderr
+    assert "anonymous authenticity, message ids first-8-bytes" in proc.stdout
+
+
+def test_adapters_alone_keep_the_signed_default(tmp_path):
+    """rust-libp2p and py-libp2p sign by default; ids must still be the
+    contract's, which is then the default; py-libp2p's only wire is signed."""
+    text = MIXED.replace('{image: "example/go-node:1", contract: gossipsub-interop}', "rust-libp2p").replace(
+        "wire: {message_id: first-8-bytes}\n", "").replace("publishers: {nodes: [bare-1]}", "publishers: {nodes: [ours-1]}")
+    exp = load_experiment(write(tmp_path, text))
+    assert (exp.wire.authenticity, exp.wire.message_id) == ("strict", "first-8-bytes")
+    anonymous = load_experiment(write(tmp_path, text + "wire: {authenticity: anonymous}\n"))
+    assert (anonymous.wire.authenticity, anonymous.wire.message_id) == ("anonymous", "first-8-bytes")
+
+
 def test_py_libp2p_cannot_run_anonymous(tmp_path):
     text = MIXED.replace('{image: "example/go-node:1", contract: gossipsub-interop}', "py-libp2p").replace(
         "wire: {message_id: first-8-bytes}", "wire: {message_id: first-8-bytes, authenticity: anonymous}")
     proc = run_testbed("validate", str(write(tmp_path, text)))
-    assert proc.returncode == 2 and "py-libp2p cannot run anonymous messages" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "x.yaml:10: wire.authenticity: group 'bare' runs py-libp2p, which cannot run " \
+        "authenticity anonymous" in proc.stderr and "always puts from and seqno" in proc.stderr, proc.stderr
 
 
 def test_sim_and_leave_join_refused(tmp_path):
@@ -269,3 +299,4 @@ def test_workload_bounds_keep_the_scripts_start():
     assert workload_bounds(60 * s, 2 * s, 50 * s, 8.0) == (60 * s, 81 * s, None)
     t0, end, late = workload_bounds(60 * s, 2 * s, 63 * s, 8.0)
     assert (t0, end) == (60 * s, 81 * s) and "up 3.0 s after the workload's fixed start" in late
+
