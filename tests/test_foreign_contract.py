@@ -300,3 +300,37 @@ def test_workload_bounds_keep_the_scripts_start():
     t0, end, late = workload_bounds(60 * s, 2 * s, 63 * s, 8.0)
     assert (t0, end) == (60 * s, 81 * s) and "up 3.0 s after the workload's fixed start" in late
 
+
+def test_every_script_waits_until_the_run_is_over(tmp_path):
+    """A contract node exits when its script ends: each start's params.json
+    closes with a waitUntil to the run's end (workload, churn, linger, drain,
+    collection), counted from that start; a restart's script likewise from
+    its own start, its due publishes dropped; without a fixed end (`up`)
+    the wait outlasts any run."""
+    from orchestrator.foreign_nodes import (DRAIN_S, LEAD_PER_NODE_S, RUN_TAIL_S, START_ALLOWANCE_S, UNTIL_DOWN_S,
+                                            before_start, planned_workload_t0, run_end_ns, write_pieces)
+    churn = "churn: {timeline: [{at: 9s, action: kill, select: {nodes: [ours-2]}, for: 4s}]}\nlinger: 2s\n"
+    resolved = load_experiment(write(tmp_path, MIXED + churn)).resolve(3)
+    assert resolved.end_time() == 15.0  # the churn's restart at 13 s is the last action, then 2 s linger
+    s = 1_000_000_000
+    t0 = planned_workload_t0(resolved, 100 * s)
+    assert t0 == 100 * s + (10 + 5) * s
+    end = run_end_ns(resolved, t0)
+    assert end == t0 + round((15.0 + 5 * LEAD_PER_NODE_S + 1 + START_ALLOWANCE_S + DRAIN_S + RUN_TAIL_S) * s)
+    write_pieces(resolved, tmp_path, t0, True, ["bare-0", "bare-1", "ours-0"])
+    assert not (tmp_path / "nodes" / "ours-0").exists()
+
+    def script(node: str, now_ns: int) -> list[dict]:
+        before_start(tmp_path, node, now_ns)
+        return json.loads((tmp_path / "nodes" / node / "params.json").read_text())["script"]
+
+    first = script("bare-1", 110 * s)  # 5 s before the workload: publishes at 1.3, 1.7, 2.1 s
+    assert [i for i in first if i["type"] == "waitUntil"] == [
+        {"type": "waitUntil", "elapsedSeconds": 7}, {"type": "waitUntil", "elapsedSeconds": 8},
+        {"type": "waitUntil", "elapsedSeconds": -(-(end - 110 * s) // s)}]
+    assert first[-1]["elapsedSeconds"] > 5 + 15 + DRAIN_S
+    again = script("bare-1", t0 + 2 * s)  # restarted after two of its publishes
+    assert [i["messageID"] for i in again if i["type"] == "publish"] == [2]
+    assert again[-1] == {"type": "waitUntil", "elapsedSeconds": -(-(end - t0 - 2 * s) // s)}
+    write_pieces(resolved, tmp_path, None, False, ["bare-0"])
+    assert script("bare-0", 110 * s)[-1] == {"type": "waitUntil", "elapsedSeconds": UNTIL_DOWN_S}
