@@ -255,7 +255,7 @@ class _Checker:
         if lat.model != "regions":
             return links
         for g in self.groups:
-            if not g.regions:
+            if not g.regions and links.preset is None:  # a preset draws the regions of groups without one
                 raise self.err((*g.path, "region"), "the regions latency model needs every group to have a region "
                                f"(group {g.name!r} has none)")
         pairs = lat.pairs()
@@ -263,7 +263,7 @@ class _Checker:
         for g in self.groups:
             for r in g.regions:
                 if r not in regions:
-                    raise self.err((*g.path, "region"), f"region {r!r} is not in links.latency.matrix "
+                    raise self.err((*g.path, "region"), f"region {r!r} is not in links.latency.matrix "  # or the preset's
                                    f"(regions there: {', '.join(regions)})")
         for i, a in enumerate(regions):
             for b in regions[i:]:
