@@ -334,3 +334,21 @@ def test_every_script_waits_until_the_run_is_over(tmp_path):
     assert again[-1] == {"type": "waitUntil", "elapsedSeconds": -(-(end - t0 - 2 * s) // s)}
     write_pieces(resolved, tmp_path, None, False, ["bare-0"])
     assert script("bare-0", 110 * s)[-1] == {"type": "waitUntil", "elapsedSeconds": UNTIL_DOWN_S}
+
+
+def test_each_variant_gets_the_wire_of_its_own_routers(tmp_path):
+    text = """\
+name: var
+seed: 1
+groups:
+  - {name: a, count: 3, router: gossipsub}
+  - {name: b, count: 2, router: gossipsub}
+overlay: {type: full}
+workload: {messages: 2, size: 64, publishers: {group: a}}
+variants:
+  ours: {}
+  img: {groups: {b: {router: {image: "x/y:1", contract: gossipsub-interop}}}}
+"""
+    exp = load_experiment(write(tmp_path, text))
+    wires = {name: (v.resolve().authenticity, v.resolve().message_id) for name, v in exp.variants()}
+    assert wires == {"ours": ("strict", "from-seqno"), "img": ("anonymous", "first-8-bytes")}
