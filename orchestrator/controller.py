@@ -221,6 +221,8 @@ class Controller:
             first, bare = start_batches(resolved)
             written = time.time_ns()
             for batch in (first, bare):
+                if batch is bare and batch:  # the nodes a bare image dials listen before it starts
+                    self.readiness.listening(first, clock.wall_s(30.0) + 0.3 * len(first), self.reporter)
                 if batch is bare and with_workload:
                     written = time.time_ns()
                     self.workload_t0_ns = planned_workload_t0(resolved, written)
