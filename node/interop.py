@@ -8,7 +8,8 @@ from N (node/identity.py), it listens on TCP 9000, runs the params file's
 script (initGossipSub in go's names, node/go_params.py; connect N dials
 nodeN:9000 expecting N's peer id; subscribeToTopic; publish with data =
 workload_data(messageID, size), whose first 8 bytes are the message id;
-waitUntil counts whole seconds from the node's start; ifNodeIDEquals) and
+waitUntil counts whole seconds from the node's start; ifNodeIDEquals),
+runs unsigned (no signature, author or seqno, as test-plans' nodes do) and
 prints NDJSON on stdout: a "PeerID" line at start and a "Received Message"
 line for every copy received, duplicates included.
 
@@ -41,7 +42,7 @@ import trio
 
 from node.config import NodeConfig
 from node.engine.api import TraceEvent
-from node.engine.authenticity import STRICT
+from node.engine.authenticity import ANONYMOUS
 from node.engine.registry import ROUTERS
 from node.go_params import from_go
 from node.identity import identity_for_index, peer_id_to_b58
@@ -108,12 +109,14 @@ def hostname_index(hostname: str) -> int:
 
 
 def contract_config(index: int) -> NodeConfig:
-    """The contract's node: listens on 0.0.0.0:9000, strict signing, ids from
-    the first 8 bytes; its control endpoint is local and unreachable (random token)."""
+    """The contract's node: listens on 0.0.0.0:9000, publishes unsigned and
+    without author and accepts only such messages (test-plans' nodes:
+    go's StrictNoSign + WithNoAuthor), ids from the first 8 bytes; its
+    control endpoint is local and unreachable (random token)."""
     return NodeConfig(
         name=f"node{index}", router=ROUTER, seed=index, listen_host="0.0.0.0", listen_port=CONTRACT_PORT,
         control_host="127.0.0.1", control_port=0, token=secrets.token_hex(16), trace_path="/dev/null",
-        index=index, authenticity=STRICT, message_id=FIRST_8_BYTES,
+        index=index, authenticity=ANONYMOUS, message_id=FIRST_8_BYTES,
     )
 
 

@@ -43,9 +43,10 @@ from orchestrator.foreign import router_kind
 from orchestrator.foreign_nodes import (
     before_start, convert_outputs, node_facts, planned_workload_t0, refuse_images, unshaped_warning, workload_bounds, write_pieces,
 )
-from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, check_capabilities, transition
+from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, check_capabilities, perform, transition
 from orchestrator.manifest import build_manifest, lag_summary, read_lag_files
 from orchestrator.nodeconfigs import build_configs, recorded_configs, shape_in_kernel, start_batches
+from orchestrator import left_early
 from orchestrator.nodestate import NodeState
 from orchestrator.peers import wire_facts
 from orchestrator.progress import Reporter
@@ -86,6 +87,7 @@ class Controller:
         self.started_at: str | None = None
         self._cpu_at_workload = False  # router-cpu.json's "workload" sample is taken at the first publish
         self.foreign_outputs: dict[str, dict[str, Any]] = {}
+        self.gone_at_down: tuple[list[str], int] = ([], 0)  # left_early.gone when down began, and when
         self.script_slack_ns = 0  # from writing bare images' scripts to their start returning
 
     # Creation and re-attachment
@@ -219,6 +221,8 @@ class Controller:
             first, bare = start_batches(resolved)
             written = time.time_ns()
             for batch in (first, bare):
+                if batch is bare and batch:  # the nodes a bare image dials listen before it starts
+                    self.readiness.listening(first, clock.wall_s(30.0) + 0.3 * len(first), self.reporter)
                 if batch is bare and with_workload:
                     written = time.time_ns()
                     self.workload_t0_ns = planned_workload_t0(resolved, written)
@@ -333,23 +337,10 @@ class Controller:
                 self.event(ev.kind, node=name, cause=ev.cause)
 
     def _call(self, call: Call, name: str, peers: list[str] | None, topic: str | None) -> None:
-        backend = self.backend
         if call is Call.START:
-            backend.start(self._next_config(name))
-        elif call is Call.STOP:
-            backend.stop(name)
-        elif call is Call.KILL:
-            backend.kill(name)
-        elif call is Call.PAUSE:
-            backend.pause(name)
-        elif call is Call.RESUME:
-            backend.resume(name)
-        elif call is Call.DISCONNECT:
-            backend.disconnect(name, peers)
-        elif call is Call.RECONNECT:
-            backend.reconnect(name, peers)
+            self.backend.start(self._next_config(name))
         else:
-            backend.control_client(name).call(call.value, topic=topic)
+            perform(self.backend, call, name, peers, topic)
 
     def _wait_back(self, name: str) -> None:
         try:
@@ -375,6 +366,7 @@ class Controller:
         for name, st in self.nodes.items():
             if st.life.process is Process.PAUSED:
                 self.backend.resume(name)
+        self.gone_at_down = (left_early.gone(self.nodes, self.backend), time.time_ns())
         answers = drain(self.nodes, self.backend, self.reporter, self.writer.clock)
         lags = {n: answer.get("lag", {}) for n, answer in answers.items() if answer is not None}
         if silent := sorted(n for n, answer in answers.items() if answer is None):
@@ -440,6 +432,9 @@ class Controller:
             extra["event_loop_lag_at_up"] = lag_summary(record.get("lag_at_up") or {})[0]
             if warning:
                 self.warnings.append(warning)
+            if left := left_early.facts(self.run_dir, *self.gone_at_down, workload_t0):
+                extra["left_early"] = left
+                self.warnings.append(left_early.warning(left))
         self.writer.write_manifest(build_manifest(
             backend=self.backend.name, experiment=record.get("experiment"),
             name=record.get("experiment_name", self.testbed), seed=record.get("seed"), clock="wall", t0_ns=t0,

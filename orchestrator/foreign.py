@@ -10,6 +10,14 @@ control endpoint, stdout NDJSON only; docs/foreign-routers.md). Builders and
 process entry points are "module:function" strings imported only when a run
 needs them, so a missing toolchain breaks only the runs that use it (exit 3).
 
+Each kind also says which wire it can speak (`authenticities`, `message_ids`;
+orchestrator/experiment/wire_fit.py picks the one wire every node present
+shares): a bare image only the contract's own, unsigned (go's StrictNoSign +
+WithNoAuthor) with first-8-bytes ids; rust-libp2p strict or anonymous;
+py-libp2p 0.8.1 strict only, since its Pubsub.publish always sets from and
+seqno (strict_signing=False only drops the signature), which StrictNoSign
+peers reject.
+
 Every foreign kind takes the gossipsub parameters go has names for
 (orchestrator/go_params.py) and meshes like gossipsub (D_low is its low-water
 mark), so the controller's readiness treats it as a gossipsub router.
@@ -22,11 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from node.engine.authenticity import ANONYMOUS, MODES, STRICT
 from node.engine.gossipsub import GossipSubParams, GossipSubRouter
 from node.engine.registry import ROUTERS, RouterKind
 from node.trace_vocab import TraceType
 from orchestrator.errors import BackendUnavailable, InputError
 from node.go_params import unmapped_defaults
+from node.wire import FIRST_8_BYTES, MESSAGE_ID_FUNCTIONS
 
 IMAGE_PREFIX = "image:"
 CONTRACT = "gossipsub-interop"
@@ -56,7 +66,8 @@ class ForeignKind:
     and returns its tag (called as builder(client, reporter)); `process`:
     "module:function" returning the argv that starts it as a process (before
     `--params FILE --config FILE`), None for docker only; `image`: a bare
-    image's name."""
+    image's name; `authenticities`/`message_ids`: the wire settings it can
+    run (node/engine/authenticity.py's modes, node/wire.py's id functions)."""
 
     router: str
     implementation: str
@@ -65,6 +76,8 @@ class ForeignKind:
     builder: str | None = None
     process: str | None = None
     image: str | None = None
+    authenticities: tuple[str, ...] = (STRICT,)
+    message_ids: tuple[str, ...] = (FIRST_8_BYTES,)
 
     @property
     def bare(self) -> bool:
@@ -74,7 +87,8 @@ class ForeignKind:
 ADAPTERS: dict[str, ForeignKind] = {
     "rust-libp2p": ForeignKind(
         "rust-libp2p", "rust-libp2p", True, RUST_EVENTS,
-        builder="orchestrator.image_rust:build_rust_image", process="orchestrator.image_rust:rust_adapter_command"),
+        builder="orchestrator.image_rust:build_rust_image", process="orchestrator.image_rust:rust_adapter_command",
+        authenticities=(STRICT, ANONYMOUS)),
     "py-libp2p": ForeignKind(
         "py-libp2p", "py-libp2p", True, PY_EVENTS,
         builder="orchestrator.image_pylibp2p:build_pylibp2p_image",
@@ -101,7 +115,7 @@ def foreign_kind(router: str) -> ForeignKind:
         return ADAPTERS[router]
     if router.startswith(IMAGE_PREFIX):
         image = router[len(IMAGE_PREFIX):]
-        return ForeignKind(router, router, False, CONTRACT_EVENTS, image=image)
+        return ForeignKind(router, router, False, CONTRACT_EVENTS, image=image, authenticities=(ANONYMOUS,))
     raise KeyError(router)
 
 
@@ -115,6 +129,15 @@ def router_kind(router: str) -> RouterKind:
 def implementation(router: str) -> str:
     """topology.json's "implementation" of a node running `router`."""
     return foreign_kind(router).implementation if is_foreign(router) else OURS
+
+
+def wire_abilities(router: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(authenticities, message-id functions) `router` can run: every one
+    for our engines."""
+    if is_foreign(router):
+        kind = foreign_kind(router)
+        return kind.authenticities, kind.message_ids
+    return MODES, MESSAGE_ID_FUNCTIONS
 
 
 def trace_events(router: str) -> list[str] | None:

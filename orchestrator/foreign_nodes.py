@@ -6,7 +6,9 @@ routers orchestrator/foreign.py knows), beside what it does for everyone:
   by script, since their scripts must be written before they start;
 - before each start of a foreign node: write its script (params.json) into
   its node directory, run_dir/nodes/<node>/, compiled for the time it starts
-  (orchestrator/interop_script.py). The pieces of the script are kept there
+  (orchestrator/interop_script.py) and ending with a waitUntil to the run's
+  end (run_end_ns: workload, churn, linger, drain, collection), since a
+  contract node exits when its script ends. The pieces of the script are kept there
   too (interop.json), so a restart from another CLI process (`testbed
   churn`) writes the script for its own start, and every script a bare node
   was given is appended to scripts.jsonl for the converter;
@@ -33,9 +35,10 @@ from orchestrator.backend import Backend, ShapingCapabilities
 from orchestrator.errors import InputError
 from orchestrator.experiment.model import Publish, ResolvedExperiment
 from orchestrator.foreign import CONTRACT, foreign_kind, implementation, is_bare, is_foreign, trace_events
-from orchestrator.interop_script import node_script, params_json, publish_instructions
+from orchestrator.interop_script import last_wait, node_script, params_json, publish_instructions, wait_seconds
 from orchestrator.nodeconfigs import dials
 from orchestrator.peers import peer_ids_b58
+from orchestrator.workload import DRAIN_S
 
 PARAMS = "params.json"
 PIECES = "interop.json"
@@ -44,6 +47,8 @@ STDOUT = "stdout.ndjson"
 LEAD_S = 10.0  # the workload starts this long after the bare images are started ...
 LEAD_PER_NODE_S = 1.0  # ... plus this per node, when bare images publish by script
 START_ALLOWANCE_S = 10.0  # a bare image's own start-up after its container started (measured up to ~10 s under load)
+RUN_TAIL_S = 60.0  # after the run's drain: collecting the traces and `down`, which stops the nodes
+UNTIL_DOWN_S = 30 * 86_400  # a script's end when the run's end is not fixed in advance (`testbed up`): down comes first
 
 
 def node_dir(run_dir: Path, node: str) -> Path:
@@ -61,16 +66,25 @@ def refuse_images(resolved: ResolvedExperiment, backend: Backend) -> None:
                 f"{backend.name} backend cannot run container images; use --backend docker")
 
 
-def scripted_publishers(resolved: ResolvedExperiment) -> set[str]:
-    return {p.publisher for p in resolved.publishes if p.publisher is not None and is_bare(resolved.node(p.publisher).router)}
-
-
 def planned_workload_t0(resolved: ResolvedExperiment, now_ns: int) -> int | None:
-    """When the workload starts, fixed before any node starts, if a bare
-    image publishes by script (None: when every node is up, as usual)."""
-    if not scripted_publishers(resolved):
+    """When the workload starts, fixed before the bare images start, if
+    there are any: their scripts publish at and end after times on that
+    clock (None: when every node is up, as usual)."""
+    if not any(is_bare(spec.router) for spec in resolved.nodes):
         return None
     return now_ns + round((LEAD_S + LEAD_PER_NODE_S * len(resolved.nodes)) * 1e9)
+
+
+def run_end_ns(resolved: ResolvedExperiment, workload_t0_ns: int | None) -> int | None:
+    """The wall-clock time by which a run whose workload starts at the
+    planned `workload_t0_ns` is over and its nodes are stopped: the
+    workload's end (workload_bounds' latest, the bare images' start taken
+    as at most LEAD_PER_NODE_S a node), the drain, then RUN_TAIL_S for
+    collection and `down`. None: no fixed start, the end comes with `down`."""
+    if workload_t0_ns is None:
+        return None
+    starts_s = LEAD_PER_NODE_S * len(resolved.nodes)
+    return workload_t0_ns + round((resolved.end_time() + starts_s + 1.0 + START_ALLOWANCE_S + DRAIN_S + RUN_TAIL_S) * 1e9)
 
 
 def workload_bounds(planned_ns: int | None, slack_ns: int, now_ns: int, end_s: float) -> tuple[int, int, str | None]:
@@ -105,14 +119,17 @@ def write_pieces(resolved: ResolvedExperiment, run_dir: Path, workload_t0_ns: in
             for p in resolved.publishes if p.publisher == spec.name
         ] if with_workload and is_bare(spec.router) else []
         pieces = {"router": spec.router, "peer_id": peer_id[spec.name], "base": node_script(resolved, spec.name, dialled),
-                  "publishes": publishes, "workload_t0_ns": workload_t0_ns}
+                  "publishes": publishes, "workload_t0_ns": workload_t0_ns,
+                  "end_ns": run_end_ns(resolved, workload_t0_ns) if with_workload else None}
         d = node_dir(run_dir, spec.name)
         d.mkdir(parents=True, exist_ok=True)
         write_atomic(d / PIECES, json.dumps(pieces, indent=1))
 
 
 def before_start(run_dir: Path, node: str, now_ns: int) -> None:
-    """Write a foreign node's params.json for a start now (nothing for ours)."""
+    """Write a foreign node's params.json for a start now (nothing for ours):
+    its publishes still due, then a waitUntil to the run's end, so a node
+    that exits when its script ends (as test-plans' do) lives as long as the run."""
     d = node_dir(run_dir, node)
     if not (d / PIECES).is_file():
         return
@@ -122,6 +139,8 @@ def before_start(run_dir: Path, node: str, now_ns: int) -> None:
     if pieces["publishes"] and t0 is not None:
         start_s = (now_ns - t0) / 1e9
         script += publish_instructions([_publish(p) for p in pieces["publishes"] if p["at"] > start_s], start_s)
+    end_ns = pieces.get("end_ns")
+    script.append(last_wait(script, UNTIL_DOWN_S if end_ns is None else wait_seconds(end_ns / 1e9, now_ns / 1e9)))
     write_atomic(d / PARAMS, params_json(script))
     if is_bare(pieces["router"]):
         with open(d / SCRIPTS, "a") as f:

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from node.atomic import write_atomic
 from orchestrator.docker_util import LABEL, cache_dir
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.image_base import build_context, image_or_none, prune_older, resolve_base
@@ -100,6 +101,7 @@ def build_rust_adapter(reporter: Reporter | None = None) -> Path:
     if problem is not None:
         raise BackendUnavailable(problem)
     env = {**os.environ, "CARGO_TARGET_DIR": str(target_dir())}
+    built_from = _forget_other_sources()
     manifest = ADAPTER_DIR / "Cargo.toml"
     cmd = [_tool("cargo") or "cargo", "build", "--release", "--locked", "--manifest-path", str(manifest)]
     reporter.note(f"cargo build --release --locked ({ADAPTER_DIR.name}, target {target_dir()})")
@@ -115,7 +117,29 @@ def build_rust_adapter(reporter: Reporter | None = None) -> Path:
         )
     if not binary_path().is_file():
         raise TestbedError(f"cargo build succeeded but {binary_path()} is missing")
+    write_atomic(_sources_stamp(), built_from)
     return binary_path()
+
+
+def _sources_stamp() -> Path:
+    return target_dir() / "release" / f"{BINARY}.sources"
+
+
+def _forget_other_sources() -> str:
+    """The hash of this checkout's adapter sources. cargo judges a build
+    fresh by file times, not content, and every checkout shares the target
+    directory: one whose sources differ from the last build's but are older
+    than it would get that build's binary. So when the hash differs from the
+    one recorded with the binary, the adapter's own fingerprints are removed
+    and cargo compiles the adapter again (its crates stay built)."""
+    digest = hashlib.sha256()
+    _hash_sources(digest)
+    sources = digest.hexdigest()
+    stamp = _sources_stamp()
+    if not stamp.is_file() or stamp.read_text() != sources:
+        for stale in (target_dir() / "release" / ".fingerprint").glob("gossip-testbed-rust-adapter-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+    return sources
 
 
 def rust_adapter_command(reporter: Reporter | None = None) -> list[str]:
@@ -133,10 +157,14 @@ def _content_hash(dockerfile: str, base_id: str) -> str:
     digest = hashlib.sha256()
     for part in (str(IMAGE_FORMAT), dockerfile, base_id):
         digest.update(part.encode() + b"\0")
+    _hash_sources(digest)
+    return digest.hexdigest()[:12]
+
+
+def _hash_sources(digest: Any) -> None:
     for path in _source_files():
         digest.update(str(path.relative_to(ADAPTER_DIR)).encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()[:12]
 
 
 def rust_image_tag(base_ref: str, base_id: str) -> tuple[str, str]:

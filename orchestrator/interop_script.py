@@ -17,6 +17,10 @@ message is therefore published up to 1 s after its time, and messages less
 than 1 s apart from one bare publisher go out together. A node that is
 restarted gets a new script for its new start: publishes already due are
 dropped, the rest shifted (so a restart never re-publishes).
+
+Every script ends with a waitUntil to the run's end (last_wait;
+orchestrator/foreign_nodes.py computes the end), since test-plans' nodes
+exit when their script ends (experiment.py closes its scripts the same way).
 """
 
 from __future__ import annotations
@@ -67,6 +71,13 @@ def publish_instructions(publishes: list[Publish], start_s: float) -> list[Instr
             waited = wait
         out.append({"type": "publish", "messageID": p.seq, "messageSizeBytes": p.size, "topicID": p.topic})
     return out
+
+
+def last_wait(script: list[Instruction], seconds: int) -> Instruction:
+    """The script's closing waitUntil: `seconds` after the node's start, and
+    never before a wait the script already has (waitUntil only moves on)."""
+    waits = [int(i["elapsedSeconds"]) for i in script if i.get("type") == "waitUntil"]
+    return {"type": "waitUntil", "elapsedSeconds": max([seconds, *waits])}
 
 
 def params_json(script: list[Instruction]) -> str:

@@ -294,6 +294,27 @@ NEEDS_CAPABILITY = {Verb.PAUSE: "pause", Verb.UNPAUSE: "pause", Verb.DISCONNECT:
                     Verb.RECONNECT: "partitions"}
 
 
+def perform(backend: Backend, call: Call, node: str, peers: list[str] | None, topic: str | None) -> None:
+    """What `call` means on a backend, for every call but START (which needs
+    the node's next config, the controller's)."""
+    if call is Call.STOP:
+        backend.stop(node)
+    elif call is Call.KILL:
+        backend.kill(node)
+    elif call is Call.PAUSE:
+        backend.pause(node)
+    elif call is Call.RESUME:
+        backend.resume(node)
+    elif call is Call.DISCONNECT:
+        backend.disconnect(node, peers)
+    elif call is Call.RECONNECT:
+        backend.reconnect(node, peers)
+    elif call in (Call.SUBSCRIBE, Call.UNSUBSCRIBE):
+        backend.control_client(node).call(call.value, topic=topic)
+    else:
+        raise ValueError(f"{call.value} is the controller's to perform (it needs the node's next config)")
+
+
 def check_capabilities(backend: type[Backend] | Backend, verbs: set[str]) -> None:
     """Refuse churn the backend cannot do, before anything starts."""
     for verb in sorted(verbs):

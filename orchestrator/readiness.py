@@ -105,6 +105,22 @@ class Readiness:
                 return False
         return True
 
+    def listening(self, names: Sequence[str], timeout: float, reporter: Reporter) -> None:
+        """Until every node of `names` with a control endpoint answers it (so
+        it listens), at most `timeout` seconds: a gossipsub-interop node dials
+        its peers once, as it starts (go's ends the run when a connect fails),
+        so the nodes it dials must already listen. Who never answers is left
+        to `wait` to name."""
+        pending = {n for n in names if not is_bare(self.nodes[n].router)}
+        deadline = time.monotonic() + timeout
+        with reporter.phase(f"waiting for {len(pending)} nodes to listen before the bare images start", len(pending)) as advance:
+            while pending and time.monotonic() < deadline:
+                answered = {n for n, status in self.statuses(sorted(pending)).items() if status is not None}
+                pending -= answered
+                advance(len(answered))
+                if pending:
+                    time.sleep(POLL_S)
+
     def wait(
         self, names: Sequence[str], timeout: float, reporter: Reporter, mesh_timeout: float | None = None
     ) -> None:

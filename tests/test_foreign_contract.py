@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import yaml
 
 from node.go_params import from_go, go_gossipsub_params
 from node.identity import identity_for_index
@@ -23,6 +24,7 @@ from node.interop import NdjsonTrace, contract_config, hostname_index, rfc3339, 
 from node.interop_trace import convert, message_id_bytes, parse_time
 from node.tracefile import read_trace
 from node.trace_vocab import TraceType
+from orchestrator.experiment.dump import resolved_to_yaml
 from orchestrator.experiment.spec import load_experiment
 from orchestrator.foreign import implementation, trace_events
 from orchestrator.interop_script import node_script, publish_instructions, wait_seconds
@@ -62,10 +64,14 @@ def test_the_mixed_file_is_valid(tmp_path):
 
 
 @pytest.mark.parametrize("old, new, where, words", [
-    ("wire: {message_id: first-8-bytes}", "wire: {}", "x.yaml:7: groups[1].router:",
-     "set wire.message_id: first-8-bytes"),
+    ("wire: {message_id: first-8-bytes}", "wire: {message_id: from-seqno}", "x.yaml:10: wire.message_id:",
+     "the routers present can all run: first-8-bytes"),
     ("message_id: first-8-bytes}", "message_id: first-8-bytes, authenticity: author}", "x.yaml:10: wire.authenticity:",
-     "signs and checks strictly"),
+     "the routers present can all run: anonymous (a gossipsub-interop contract node publishes unsigned"),
+    ("message_id: first-8-bytes}", "message_id: first-8-bytes, authenticity: strict}", "x.yaml:10: wire.authenticity:",
+     "StrictNoSign + WithNoAuthor"),
+    ("{name: ours, count: 3, router: gossipsub,", "{name: ours, count: 3, router: py-libp2p,", "x.yaml:7: groups[1].router:",
+     "group 'bare' runs image:example/go-node:1, whose messages (authenticity: anonymous) no other router here"),
     ("publishers: {nodes: [bare-1]}", "inject: 2", "x.yaml:11: workload.inject:", "only publishes its own"),
     ("heartbeat_interval: 0.7}", "seen_ttl: 30}", "x.yaml:8: groups[1].router_params.seen_ttl:", "go's GossipSubParams"),
     ("contract: gossipsub-interop}", "contract: other}", "x.yaml:7: groups[1].router.contract:",
@@ -78,11 +84,35 @@ def test_validate_refuses_what_cannot_combine(tmp_path, old, new, where, words):
     assert where in proc.stderr and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_the_contract_wire_is_the_default_next_to_bare_images(tmp_path):
+    """Bare images run only the contract's wire (unsigned, first-8-bytes
+    ids): the user need not write it, and the resolved file records it."""
+    exp = load_experiment(write(tmp_path, MIXED.replace("wire: {message_id: first-8-bytes}\n", "")))
+    assert (exp.wire.authenticity, exp.wire.message_id) == ("anonymous", "first-8-bytes")
+    assert yaml.safe_load(resolved_to_yaml(exp.resolve(), exp))["wire"] == {
+        "security": "noise", "authenticity": "anonymous", "message_id": "first-8-bytes"}
+    proc = run_testbed("validate", str(write(tmp_path, MIXED.replace("wire: {message_id: first-8-bytes}", "wire: {}"))))
+    assert proc.returncode == 0, proc.stderr
+    assert "anonymous authenticity, message ids first-8-bytes" in proc.stdout
+
+
+def test_adapters_alone_keep_the_signed_default(tmp_path):
+    """rust-libp2p and py-libp2p sign by default; ids must still be the
+    contract's, which is then the default; py-libp2p's only wire is signed."""
+    text = MIXED.replace('{image: "example/go-node:1", contract: gossipsub-interop}', "rust-libp2p").replace(
+        "wire: {message_id: first-8-bytes}\n", "").replace("publishers: {nodes: [bare-1]}", "publishers: {nodes: [ours-1]}")
+    exp = load_experiment(write(tmp_path, text))
+    assert (exp.wire.authenticity, exp.wire.message_id) == ("strict", "first-8-bytes")
+    anonymous = load_experiment(write(tmp_path, text + "wire: {authenticity: anonymous}\n"))
+    assert (anonymous.wire.authenticity, anonymous.wire.message_id) == ("anonymous", "first-8-bytes")
+
+
 def test_py_libp2p_cannot_run_anonymous(tmp_path):
     text = MIXED.replace('{image: "example/go-node:1", contract: gossipsub-interop}', "py-libp2p").replace(
         "wire: {message_id: first-8-bytes}", "wire: {message_id: first-8-bytes, authenticity: anonymous}")
     proc = run_testbed("validate", str(write(tmp_path, text)))
-    assert proc.returncode == 2 and "py-libp2p cannot run anonymous messages" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "x.yaml:10: wire.authenticity: group 'bare' runs py-libp2p, which cannot run " \
+        "authenticity anonymous" in proc.stderr and "always puts from and seqno" in proc.stderr, proc.stderr
 
 
 def test_sim_and_leave_join_refused(tmp_path):
@@ -269,3 +299,56 @@ def test_workload_bounds_keep_the_scripts_start():
     assert workload_bounds(60 * s, 2 * s, 50 * s, 8.0) == (60 * s, 81 * s, None)
     t0, end, late = workload_bounds(60 * s, 2 * s, 63 * s, 8.0)
     assert (t0, end) == (60 * s, 81 * s) and "up 3.0 s after the workload's fixed start" in late
+
+
+def test_every_script_waits_until_the_run_is_over(tmp_path):
+    """A contract node exits when its script ends: each start's params.json
+    closes with a waitUntil to the run's end (workload, churn, linger, drain,
+    collection), counted from that start; a restart's script likewise from
+    its own start, its due publishes dropped; without a fixed end (`up`)
+    the wait outlasts any run."""
+    from orchestrator.foreign_nodes import (DRAIN_S, LEAD_PER_NODE_S, RUN_TAIL_S, START_ALLOWANCE_S, UNTIL_DOWN_S,
+                                            before_start, planned_workload_t0, run_end_ns, write_pieces)
+    churn = "churn: {timeline: [{at: 9s, action: kill, select: {nodes: [ours-2]}, for: 4s}]}\nlinger: 2s\n"
+    resolved = load_experiment(write(tmp_path, MIXED + churn)).resolve(3)
+    assert resolved.end_time() == 15.0  # the churn's restart at 13 s is the last action, then 2 s linger
+    s = 1_000_000_000
+    t0 = planned_workload_t0(resolved, 100 * s)
+    assert t0 == 100 * s + (10 + 5) * s
+    end = run_end_ns(resolved, t0)
+    assert end == t0 + round((15.0 + 5 * LEAD_PER_NODE_S + 1 + START_ALLOWANCE_S + DRAIN_S + RUN_TAIL_S) * s)
+    write_pieces(resolved, tmp_path, t0, True, ["bare-0", "bare-1", "ours-0"])
+    assert not (tmp_path / "nodes" / "ours-0").exists()
+
+    def script(node: str, now_ns: int) -> list[dict]:
+        before_start(tmp_path, node, now_ns)
+        return json.loads((tmp_path / "nodes" / node / "params.json").read_text())["script"]
+
+    first = script("bare-1", 110 * s)  # 5 s before the workload: publishes at 1.3, 1.7, 2.1 s
+    assert [i for i in first if i["type"] == "waitUntil"] == [
+        {"type": "waitUntil", "elapsedSeconds": 7}, {"type": "waitUntil", "elapsedSeconds": 8},
+        {"type": "waitUntil", "elapsedSeconds": -(-(end - 110 * s) // s)}]
+    assert first[-1]["elapsedSeconds"] > 5 + 15 + DRAIN_S
+    again = script("bare-1", t0 + 2 * s)  # restarted after two of its publishes
+    assert [i["messageID"] for i in again if i["type"] == "publish"] == [2]
+    assert again[-1] == {"type": "waitUntil", "elapsedSeconds": -(-(end - t0 - 2 * s) // s)}
+    write_pieces(resolved, tmp_path, None, False, ["bare-0"])
+    assert script("bare-0", 110 * s)[-1] == {"type": "waitUntil", "elapsedSeconds": UNTIL_DOWN_S}
+
+
+def test_each_variant_gets_the_wire_of_its_own_routers(tmp_path):
+    text = """\
+name: var
+seed: 1
+groups:
+  - {name: a, count: 3, router: gossipsub}
+  - {name: b, count: 2, router: gossipsub}
+overlay: {type: full}
+workload: {messages: 2, size: 64, publishers: {group: a}}
+variants:
+  ours: {}
+  img: {groups: {b: {router: {image: "x/y:1", contract: gossipsub-interop}}}}
+"""
+    exp = load_experiment(write(tmp_path, text))
+    wires = {name: (v.resolve().authenticity, v.resolve().message_id) for name, v in exp.variants()}
+    assert wires == {"ours": ("strict", "from-seqno"), "img": ("anonymous", "first-8-bytes")}

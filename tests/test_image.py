@@ -103,3 +103,23 @@ def test_build_from_nothing(tmp_path, monkeypatch):
             except docker.errors.APIError:
                 pass
         client.close()
+
+
+def test_the_rust_adapter_is_compiled_again_for_other_sources(tmp_path, monkeypatch):
+    """cargo judges freshness by file times, and every checkout shares the
+    target directory: when the last build's sources differ from this
+    checkout's, the adapter's fingerprints go (cargo compiles it again);
+    when they are the same, they stay."""
+    from orchestrator import image_rust
+
+    monkeypatch.setenv("TESTBED_CACHE_DIR", str(tmp_path))
+    fingerprint = image_rust.target_dir() / "release" / ".fingerprint" / "gossip-testbed-rust-adapter-0123"
+    crate = image_rust.target_dir() / "release" / ".fingerprint" / "libp2p-gossipsub-4567"
+    for d in (fingerprint, crate):
+        d.mkdir(parents=True)
+    image_rust._sources_stamp().write_text("another checkout's sources")
+    ours = image_rust._forget_other_sources()
+    assert not fingerprint.exists() and crate.exists()
+    fingerprint.mkdir()
+    image_rust._sources_stamp().write_text(ours)
+    assert image_rust._forget_other_sources() == ours and fingerprint.exists()

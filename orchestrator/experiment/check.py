@@ -18,14 +18,14 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from node.engine.authenticity import STRICT
 from node.wire import FIRST_8_BYTES
 from orchestrator.errors import InputError
 from orchestrator.experiment import values as v
 from orchestrator.experiment.activity import Churn, Selector, Steady, TimelineEntry, Workload
 from orchestrator.experiment.document import ExperimentFile, Variant, VariantGroup, read_document
 from orchestrator.experiment.experiment import Experiment
-from orchestrator.experiment.parts import Group, Links, Overlay, Resources, assign_paths
+from orchestrator.experiment.parts import Group, Links, Overlay, Resources, Wire, assign_paths
+from orchestrator.experiment.wire_fit import shared_wire
 from orchestrator.experiment.yamlsrc import Path_, Source, load_yaml, parse_yaml
 from orchestrator.foreign import CONTRACT, implementation, is_bare, is_foreign, router_kind
 
@@ -69,9 +69,9 @@ class _Checker:
         self.names: list[str] = []
         self.name_set: set[str] = set()
 
-    def ids_fit(self, doc: ExperimentFile) -> None:
+    def ids_fit(self, doc: ExperimentFile, wire: Wire) -> None:
         """first-8-bytes ids come from the data: every message needs 8 bytes."""
-        if doc.wire.message_id != FIRST_8_BYTES:
+        if wire.message_id != FIRST_8_BYTES:
             return
         for w in doc.workload:
             if w.size < 8:
@@ -79,33 +79,18 @@ class _Checker:
                                                   f"of data: messages need at least 8 bytes, got {w.size}")
 
     def foreign_fit(self, doc: ExperimentFile, groups: tuple[Group, ...], workloads: tuple[Workload, ...]) -> None:
-        """Foreign routers (orchestrator/foreign.py) share our message ids only
-        by the contract's first-8-bytes ids and sign strictly; they publish
-        only their own messages; a bare image has no control endpoint; their
+        """Foreign routers (orchestrator/foreign.py; the wire they share is
+        wire_fit.py's) publish only their own messages; a bare image has no control endpoint; their
         timers run on their own clocks, so they cannot be time-dilated."""
         foreign = [g for g in groups if is_foreign(g.router)]
         if not foreign:
             return
         router_of = {n: g.router for g in groups for n in g.node_names()}
         g = foreign[0]
-        where = (*g.path, "router")
         if doc.time_dilation != 1.0:
             raise self.err(("time_dilation",), f"group {g.name or 'nodes'!r} runs a foreign router "
                            f"({implementation(g.router)}), whose timers the testbed cannot slow down; time "
                            "dilation needs our routers on every node")
-        for group in foreign:
-            if group.router == "py-libp2p" and doc.wire.authenticity == "anonymous":
-                raise self.err(("wire", "authenticity") if "authenticity" in doc.wire.given() else (*group.path, "router"),
-                               "py-libp2p cannot run anonymous messages (it always signs or checks from/seqno); "
-                               "use wire.authenticity: strict")
-        if doc.wire.message_id != FIRST_8_BYTES:
-            raise self.err(("wire", "message_id") if "message_id" in doc.wire.given() else where,
-                           f"group {g.name!r} runs a foreign router ({implementation(g.router)}): every node must share "
-                           "the gossipsub-interop contract's message id; set wire.message_id: first-8-bytes")
-        if doc.wire.authenticity != STRICT:
-            raise self.err(("wire", "authenticity") if "authenticity" in doc.wire.given() else where,
-                           f"group {g.name!r} runs a foreign router ({implementation(g.router)}), which signs and checks "
-                           "strictly; set wire.authenticity: strict")
         for w in workloads:
             if w.inject is not None:
                 for n in self.pool_names(w.publishers, w.topic):
@@ -141,7 +126,8 @@ class _Checker:
         overlay = self.overlay(doc.overlay)
         links = self.links(doc.links)
         workloads = tuple(self.workload(w, topics) for w in doc.workload)
-        self.ids_fit(doc)
+        wire = shared_wire(doc.wire, self.groups, self.err)
+        self.ids_fit(doc, wire)
         self.foreign_fit(doc, self.groups, workloads)
         churn = self.churn(doc.churn, topics, workloads, doc.duration)
         linger_auto = doc.linger == "auto"
@@ -153,7 +139,7 @@ class _Checker:
             groups=self.groups, overlay=overlay, links=links, workloads=workloads, churn=churn,
             expectations=tuple(doc.expectations), duration=doc.duration, linger=linger, linger_auto=linger_auto,
             strict_traces=doc.strict_traces, time_dilation=doc.time_dilation,
-            wire=doc.wire, resources=doc.resources, source=self.src, single_group_form=doc.nodes is not None,
+            wire=wire, resources=doc.resources, source=self.src, single_group_form=doc.nodes is not None,
         )
         if doc.variants is not None:
             base = dataclasses.replace(base, variant_set=self.variants(doc, base, written))  # type: ignore[arg-type]
@@ -271,7 +257,7 @@ class _Checker:
         if lat.model != "regions":
             return links
         for g in self.groups:
-            if not g.regions:
+            if not g.regions and links.preset is None:  # a preset draws the regions of groups without one
                 raise self.err((*g.path, "region"), "the regions latency model needs every group to have a region "
                                f"(group {g.name!r} has none)")
         pairs = lat.pairs()
@@ -279,7 +265,7 @@ class _Checker:
         for g in self.groups:
             for r in g.regions:
                 if r not in regions:
-                    raise self.err((*g.path, "region"), f"region {r!r} is not in links.latency.matrix "
+                    raise self.err((*g.path, "region"), f"region {r!r} is not in links.latency.matrix "  # or the preset's
                                    f"(regions there: {', '.join(regions)})")
         for i, a in enumerate(regions):
             for b in regions[i:]:
@@ -404,9 +390,11 @@ class _Checker:
                 for g, w in zip(base.groups, written)
             )
             self.foreign_fit(doc, groups, base.workloads)
+            wire = shared_wire(doc.wire, groups, self.err)
+            self.ids_fit(doc, wire)
             expectations = tuple(var.expectations) if var.expectations is not None else base.expectations
             out.append((vname, dataclasses.replace(
-                base, name=name, groups=groups, expectations=expectations, variant=vname, variant_set=(),
+                base, name=name, groups=groups, expectations=expectations, variant=vname, variant_set=(), wire=wire,
             )))
         return tuple(out)
 

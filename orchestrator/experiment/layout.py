@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from orchestrator import graphs
 from orchestrator.experiment.model import NodeSpec
@@ -20,6 +20,8 @@ from orchestrator.links import Constant, PairLinks, Regions, Uniform
 
 if TYPE_CHECKING:  # a type only: experiment.py imports resolve.py, which imports this module
     from orchestrator.experiment.experiment import Experiment
+
+T = TypeVar("T")
 
 # Redraws of a random overlay until it is connected, bounded by the work they
 # cost: a few for a huge overlay, a hundred for a small one.
@@ -39,17 +41,29 @@ def derive_seed(seed: int, *purpose: object) -> int:
 
 
 def nodes(exp: Experiment, seed: int) -> list[NodeSpec]:
+    """Regions round-robin from the group's list, else drawn by a links
+    preset's weights; uplinks the group's, else the preset's class drawn by
+    weight, else `links.uplink`."""
     out = []
+    preset = exp.links.network_preset
     for g in exp.groups:
         for i, name in enumerate(g.node_names()):
+            region = g.regions[i % len(g.regions)] if g.regions else None
+            uplink = g.uplink_bps if g.uplink_bps is not None else exp.links.uplink_bps
+            if preset is not None:
+                region = region or _weighted(derive_rng(seed, "region", name), preset.regions)
+                classes = tuple((bps, weight) for _, bps, weight in preset.classes)
+                uplink = uplink if uplink is not None else _weighted(derive_rng(seed, "class", name), classes)
             out.append(NodeSpec(
                 name=name, group=g.name, router=g.router, params=dict(g.router_params),  # type: ignore[arg-type]
-                topics=tuple(g.topics), seed=derive_seed(seed, "node", name),
-                region=g.regions[i % len(g.regions)] if g.regions else None,
-                uplink_bps=g.uplink_bps if g.uplink_bps is not None else exp.links.uplink_bps,
+                topics=tuple(g.topics), seed=derive_seed(seed, "node", name), region=region, uplink_bps=uplink,
                 memory=g.memory, cpus=g.cpus, placement=g.placement,
             ))
     return out
+
+
+def _weighted(rng: random.Random, choices: tuple[tuple[T, int], ...]) -> T:
+    return rng.choices([c for c, _ in choices], weights=[w for _, w in choices])[0]
 
 
 def overlay(exp: Experiment, seed: int, names: list[str]) -> list[tuple[str, str]]:

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, PrivateAttr, WithJsonSchema, model_validator
 
 from node.engine.authenticity import check_combination
+from orchestrator.experiment.network_presets import PRESETS, NetworkPreset
 from node.engine.registry import ROUTERS
 from orchestrator.experiment import values as v
 from orchestrator.foreign import ADAPTERS, CONTRACT, IMAGE_PREFIX, PARAMS_KIND, image_router
@@ -329,12 +330,37 @@ class Latency(Part):
 
 
 class Links(Part):
-    """Every link's parameters; `uplink` is each node's default bandwidth."""
+    """Every link's parameters; `uplink` is each node's default bandwidth.
+    `preset` (network_presets.py) gives the latency matrix, and each node a
+    region and an uplink drawn by weight, instead of `latency`/`uplink`."""
 
+    preset: Literal[tuple(PRESETS)] | None = Field(  # type: ignore[valid-type]
+        None, description="a ready network model: regions, their latencies and bandwidth classes")
     latency: Latency = Field(default_factory=lambda: Latency(model="constant", ms=0.0))
     jitter_ms: v.number("a jitter in ms", le=v.MAX_LATENCY_MS) = 0.0  # type: ignore[valid-type]
     loss: v.number("a loss probability in [0, 1]", le=1.0) = 0.0  # type: ignore[valid-type]
     uplink: v.Rate | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, value: Any) -> Any:
+        if not isinstance(value, dict) or value.get("preset") not in PRESETS:
+            return value
+        for key in ("latency", "uplink"):
+            if value.get(key) is not None:
+                raise v.problem(f"preset {value['preset']} gives every link's {key}; leave {key} out "
+                                "(a group's own region or uplink overrides the preset's draw)", key)
+        return {**value, "latency": {"model": "regions", "matrix": PRESETS[value["preset"]].matrix()}}
+
+    @property
+    def network_preset(self) -> NetworkPreset | None:
+        return PRESETS[self.preset] if self.preset is not None else None
+
+    def dump(self) -> dict[str, Any]:
+        d = super().dump()
+        if self.preset is not None:
+            del d["latency"]
+        return d
 
     @property
     def uplink_bps(self) -> int | None:
@@ -353,8 +379,11 @@ class Wire(Part):
 
     @model_validator(mode="after")
     def _rules(self) -> Wire:
-        try:
-            check_combination(self.authenticity, self.message_id)  # the engine's own rule
-        except ValueError as exc:
-            raise v.problem(str(exc), "authenticity") from None
+        """A combination written in full must work; one setting left out is
+        chosen for the routers present (experiment/wire_fit.py), which checks again."""
+        if {"authenticity", "message_id"} <= self.model_fields_set:
+            try:
+                check_combination(self.authenticity, self.message_id)  # the engine's own rule
+            except ValueError as exc:
+                raise v.problem(str(exc), "authenticity") from None
         return self

@@ -107,14 +107,17 @@ fn main() {
     let tap: SharedTap = Arc::new(Mutex::new(Tap::default()));
     init_tracing(tap.clone());
     let id_tap = tap.clone();
+    // Without --config the node runs the contract's own wire: unsigned, no
+    // author (test-plans' nodes: StrictNoSign + WithNoAuthor).
+    let anonymous = config.as_ref().is_none_or(NodeConfig::anonymous);
     builder
-        .validation_mode(ValidationMode::Strict)
+        .validation_mode(if anonymous { ValidationMode::Anonymous } else { ValidationMode::Strict })
         .max_transmit_size(MAX_TRANSMIT_SIZE)
         .message_id_fn(move |m: &gossipsub::Message| MessageId::new(&tap::message_id(&id_tap, &m.data, m.topic.as_str())));
     let gossipsub_config = builder.build().unwrap_or_else(|e| bad_input(&format!("initGossipSub: {e}")));
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-    let code = runtime.block_on(run(config, index, script, gossipsub_config, tap, start));
+    let code = runtime.block_on(run(config, index, script, gossipsub_config, anonymous, tap, start));
     std::process::exit(code);
 }
 
@@ -123,11 +126,14 @@ async fn run(
     index: u32,
     script: Vec<script::Instruction>,
     gossipsub_config: gossipsub::Config,
+    anonymous: bool,
     tap: SharedTap,
     start: Instant,
 ) -> i32 {
     let key = keypair_for_index(index);
-    let gossipsub = match gossipsub::Behaviour::new(MessageAuthenticity::Signed(key.clone()), gossipsub_config) {
+    let authenticity =
+        if anonymous { MessageAuthenticity::Anonymous } else { MessageAuthenticity::Signed(key.clone()) };
+    let gossipsub = match gossipsub::Behaviour::new(authenticity, gossipsub_config) {
         Ok(gossipsub) => gossipsub,
         Err(e) => bad_input(&format!("gossipsub: {e}")),
     };

@@ -49,14 +49,24 @@ impl NodeConfig {
     pub fn load(path: &str) -> Result<Self, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
         let config: NodeConfig = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
-        // rust-libp2p is run with strict signing and test-plans' message ids only.
-        if config.authenticity != "strict" {
-            return Err(format!("{path}: authenticity {:?}: this adapter signs strictly only", config.authenticity));
+        // rust-libp2p is run signed (strict) or as the contract's nodes run
+        // (anonymous), always with test-plans' message ids.
+        if config.authenticity != "strict" && config.authenticity != "anonymous" {
+            return Err(format!(
+                "{path}: authenticity {:?}: this adapter runs strict or anonymous only",
+                config.authenticity
+            ));
         }
         if config.message_id != "first-8-bytes" {
             return Err(format!("{path}: message_id {:?}: this adapter uses first-8-bytes only", config.message_id));
         }
         Ok(config)
+    }
+
+    /// Whether messages go out unsigned, without author and seqno, and
+    /// arrive only so (go's StrictNoSign + WithNoAuthor).
+    pub fn anonymous(&self) -> bool {
+        self.authenticity == "anonymous"
     }
 }
 
