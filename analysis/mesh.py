@@ -62,16 +62,17 @@ def mesh_link_changes(rows: pd.DataFrame, resets: list[tuple[str, int]]) -> dict
 
 def snapshot_times(first_publish_ns: int | None, churn: list[dict[str, Any]], t0: int, t_end: int) -> list[Snapshot]:
     """The workload's start (the first publish), then, for each churn
-    instant, the mesh as it stood just before the next churn instant (or the
-    run's end): after the event, once the routers had all the time they got
-    to repair it. At most MAX_CHURN_SNAPSHOTS churn instants."""
+    instant, the mesh as it stood just before the next churn instant (or
+    `t_end`, the moment the teardown began: after it every router leaves and
+    prunes): after the event, once the routers had all the time they got to
+    repair it. At most MAX_CHURN_SNAPSHOTS churn instants."""
     out = []
     if first_publish_ns is not None:
         out.append(Snapshot(int(first_publish_ns), f"workload start (t = {(first_publish_ns - t0) / NS:g} s)"))
     instants = sorted({int(c["t_ns"]) for c in churn})
     for i, tc in enumerate(instants[:MAX_CHURN_SNAPSHOTS]):
         what = "; ".join(_churn_words(c) for c in churn if int(c["t_ns"]) == tc)
-        until = instants[i + 1] - 1 if i + 1 < len(instants) else max(t_end, tc)
+        until = instants[i + 1] - 1 if i + 1 < len(instants) else max(t_end - 1, tc)
         out.append(Snapshot(until, f"after {what} at {(tc - t0) / NS:g} s (t = {(until - t0) / NS:.3g} s)"))
     return out
 

@@ -674,8 +674,9 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     mesh_samples, mesh_hist = mesh_degree(structure, ctx)
     _write_pandas(mesh_samples, out_dir / "mesh_degree.parquet")
     _write_pandas(mesh_hist, out_dir / "mesh_degree_hist.parquet")
+    teardown = min((e["t_ns"] for e in run.events if e.get("kind") == RunEvent.RUN_END), default=ctx.t_end)
     snapshots = snapshot_times(
-        int(msgs["publish_ts"].min()) if len(msgs) else None, ctx.churn, t0, ctx.t_end
+        int(msgs["publish_ts"].min()) if len(msgs) else None, ctx.churn, t0, min(int(teardown), ctx.t_end)
     )
     _write_pandas(mesh_links_at(mesh_link_changes(structure, ctx.resets), snapshots, t0),
                   out_dir / "mesh_links.parquet")
