@@ -53,7 +53,7 @@ def banners(d: RunData) -> list[Banner]:
     warnings = list(m.get("warnings") or []) + [
         e.get("message", "") for e in run.events if e.get("kind") == RunEvent.WARNING
     ]
-    for w in warnings:
+    for w in dict.fromkeys(warnings):  # a warning is both logged as it happens and kept in the manifest
         lag = "lag" in str(w).lower()
         out.append(Banner(lag, "Event-loop lag:" if lag else "Warning:", str(w)))
     integrity = s.get("trace_integrity") or {}
