@@ -170,10 +170,16 @@ def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter,
     Returns each drained node's answer: its counters and event-loop lag once
     its queues were empty (the answers are the first poll of the linger, so
     250 nodes cost one round of calls less); None for a node that did not
-    answer (its router stopped or hung on its own). A time-dilated run
-    (`clock`) polls and waits as many times longer as its links are."""
+    answer (its router stopped or hung on its own). A router without a
+    `drain` command (the rust-libp2p and py-libp2p adapters refuse it) is
+    alive all the same: its `status` is its answer, its queues empty on their
+    own in the linger. A time-dilated run (`clock`) polls and waits as many
+    times longer as its links are."""
     ask_each(nodes, backend, "status", 5.0, end_lag=True)  # the lag window ends: what follows is teardown
     answers = ask_each(nodes, backend, "drain", 5.0)
+    refused = {n: nodes[n] for n, answer in answers.items() if answer is None}
+    if refused:
+        answers.update({n: a for n, a in ask_each(refused, backend, "status", 5.0).items() if a is not None})
     linger_until_quiet(nodes, backend, time.time_ns() + round(clock.wall_s(DRAIN_S) * 1e9), reporter,
                        poll_s=clock.wall_s(DRAIN_POLL_S), title="draining: RPCs in flight arrive",
                        first={n: quiet_counters(a) for n, a in answers.items()})
