@@ -18,8 +18,11 @@ import pandas as pd
 def message_bytes(publishes: list[dict[str, Any]]) -> int | None:
     """The workload's message size when every publish in events.jsonl has
     the same one; None when they differ or no size was logged."""
-    sizes = {int(p["size"]) for p in publishes if p.get("size") is not None}
-    return sizes.pop() if len(sizes) == 1 and len(publishes) == sum(p.get("size") is not None for p in publishes) else None
+    sizes = [p.get("size") for p in publishes]
+    if not sizes or None in sizes:
+        return None
+    distinct = {int(size) for size in sizes}
+    return distinct.pop() if len(distinct) == 1 else None
 
 
 def idontwant_summary(per_node: pd.DataFrame, publishes: list[dict[str, Any]]) -> dict[str, Any]:

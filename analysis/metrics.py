@@ -17,8 +17,9 @@ the driver once as Arrow. What those return is small next to the events, and
 the stages over it run on the driver (analysis/deliveries.py: expected
 recipients and their first deliveries, lower bound, per message, the
 delivery time series, per node, latency distribution, in flight; here:
-subscription and up/down intervals, short links, mesh degree, recovery) and
-`summarize`.
+subscription and up/down intervals, short links, mesh degree, recovery;
+mesh churn, peer scores from the score files, IDONTWANT and PRUNE figures:
+analysis/mesh_churn.py, scores.py, idontwant.py) and `summarize`.
 """
 
 from __future__ import annotations
