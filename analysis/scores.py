@@ -27,8 +27,9 @@ def score_files(run_path: Path) -> list[Path]:
 
 def read_scores(run_path: Path) -> pd.DataFrame:
     """Every score file's rows (time_ns, score) with the recording node's name
-    (the file's stem); empty when the run has none."""
-    frames = [pd.read_csv(p, usecols=["time_ns", "score"]).assign(node=p.stem) for p in score_files(run_path)]
+    (the file's stem); empty when the run has none. A row cut short (a node
+    killed mid-write) lacks its score and is left out."""
+    frames = [pd.read_csv(p, usecols=["time_ns", "score"]).dropna().assign(node=p.stem) for p in score_files(run_path)]
     frames = [f for f in frames if len(f)]
     if not frames:
         return pd.DataFrame({"time_ns": pd.Series([], dtype="int64"), "score": pd.Series([], dtype="float64"),
