@@ -68,14 +68,17 @@ SUB_EVENT: list[Schema] = [
 RPC_META: Schema = ({1: LEN, 2: LEN, 3: LEN}, frozenset({1, 2}))
 MESSAGE_META: Schema = ({1: LEN, 2: LEN}, frozenset())
 SUB_META: Schema = ({1: VARINT, 2: LEN}, frozenset())
-CONTROL_META: Schema = ({1: LEN, 2: LEN, 3: LEN, 4: LEN}, frozenset({1, 2, 3, 4}))
-# ControlMeta's entries by its field number - 1: IHave, IWant, Graft, Prune
+CONTROL_META: Schema = ({1: LEN, 2: LEN, 3: LEN, 4: LEN, 5: LEN}, frozenset({1, 2, 3, 4, 5}))
+# ControlMeta's entries by its field number - 1: IHave, IWant, Graft, Prune, IDontWant
 CONTROL_ENTRY: list[Schema] = [
     ({1: LEN, 2: LEN}, frozenset({2})),  # topic, message ids
     ({1: LEN}, frozenset({1})),  # message ids
     ({1: LEN}, frozenset()),  # topic
     ({1: LEN, 2: LEN}, frozenset({2})),  # topic, peers
+    ({1: LEN}, frozenset({1})),  # message ids
 ]
+COUNTS = ("n_msgs", "n_subs", "n_ihave", "n_ihave_ids", "n_iwant", "n_iwant_ids", "n_graft", "n_prune", "n_px",
+          "n_idontwant", "n_idontwant_ids")
 
 
 def _by_type(pairs: dict[int, int]) -> np.ndarray:
@@ -319,8 +322,7 @@ def decode(u8: np.ndarray, start: np.ndarray, end: np.ndarray, peer_name: Callab
         (recs[present], other_off[recs[present]], other_ln[recs[present]])
     ]
 
-    counts = {c: np.zeros(n, dtype=np.int32) for c in
-              ("n_msgs", "n_subs", "n_ihave", "n_ihave_ids", "n_iwant", "n_iwant_ids", "n_graft", "n_prune")}
+    counts = {c: np.zeros(n, dtype=np.int32) for c in COUNTS}
     size = np.zeros(n, dtype=np.int64)
     has_size = np.zeros(n, dtype=bool)
     is_rpc = (rtyp >= RECV_RPC) & (rtyp <= DROP_RPC)
@@ -399,17 +401,18 @@ def _rpc_meta(u8, recs, start, end, counts, slow, strings, msg_off, msg_ln, has_
     crecs = recs[meta.owner[cm]]
     ctl = fields(u8, meta.off[cm], meta.off[cm] + meta.ln[cm], [CONTROL_META])
     slow[crecs[ctl.bad]] = True
-    for num, name in ((1, "n_ihave"), (2, "n_iwant"), (3, "n_graft"), (4, "n_prune")):
+    for num, name in ((1, "n_ihave"), (2, "n_iwant"), (3, "n_graft"), (4, "n_prune"), (5, "n_idontwant")):
         counts[name][crecs] = ctl.count(num, len(cm))
     entry_kind = ctl.num - 1
     owners = crecs[ctl.owner]
     entries = fields(u8, ctl.off, ctl.off + ctl.ln, CONTROL_ENTRY, entry_kind)
     slow[owners[entries.bad]] = True
-    topic_at = entries.pick(np.where(entry_kind == 1, 0, 1))  # every entry but IWant has a topic
+    topic_at = entries.pick(np.where((entry_kind == 1) | (entry_kind == 4), 0, 1))  # IWant, IDontWant: no topic
     has_topic = topic_at >= 0
     strings.append((owners[has_topic], entries.off[topic_at[has_topic]], entries.ln[topic_at[has_topic]]))
-    ids = entries.num == np.array([2, 1, 0, 0])[entry_kind[entries.owner]]  # IHave's and IWant's message ids
-    for kind, name in ((0, "n_ihave_ids"), (1, "n_iwant_ids")):
+    # IHave's, IWant's and IDontWant's message ids, Prune's peers
+    ids = entries.num == np.array([2, 1, 0, 2, 1])[entry_kind[entries.owner]]
+    for kind, name in ((0, "n_ihave_ids"), (1, "n_iwant_ids"), (3, "n_px"), (4, "n_idontwant_ids")):
         per_entry = np.bincount(entries.owner[ids & (entry_kind[entries.owner] == kind)], minlength=len(owners))
         np.add.at(counts[name], owners, per_entry.astype(np.int32))
 

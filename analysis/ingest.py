@@ -13,8 +13,8 @@ would pickle every Row through Spark's Python worker protocol, which costs
 several times the decoding itself on a 2-core machine.
 
 The table keeps what every metric needs and nothing else: RPC metas are
-reduced to counts (message entries, IHAVE/IWANT/GRAFT/PRUNE entries and the
-ids they carry), so a SEND_RPC is one row, not one row per message entry.
+reduced to counts (message entries, IHAVE/IWANT/GRAFT/PRUNE/IDONTWANT
+entries, the ids they carry and the peers PRUNEs offer), so a SEND_RPC is one row, not one row per message entry.
 
 Both go-libp2p-pubsub trace encodings are read: the protobuf tracer's
 uvarint-delimited frames (ours too; suffix .pb) and the JSON tracer's one
@@ -93,9 +93,13 @@ SCHEMA = pa.schema(
         ("n_iwant_ids", pa.int32()),
         ("n_graft", pa.int32()),
         ("n_prune", pa.int32()),
+        ("n_px", pa.int32()),  # peers offered in the PRUNE entries (peer exchange)
+        ("n_idontwant", pa.int32()),  # IDONTWANT entries (v1.2; ControlMeta field 5, as go numbers it)
+        ("n_idontwant_ids", pa.int32()),
     ]
 )
 COLUMNS = [f.name for f in SCHEMA]
+N_COUNTS = len(COLUMNS) - COLUMNS.index("n_msgs")  # the per-event counts, the table's last columns
 # A trace file's table, and each Parquet file's row groups, are grouped by
 # event type (in trace order within a type): most queries read one or a few
 # types, and Spark skips the row groups whose type statistics rule them out.
@@ -322,7 +326,7 @@ def event_row(ev, names: PeerNames, default_node: str | None, seq: int) -> tuple
     JSON traces and for the records columnar.decode leaves to protobuf."""
     t = ev.type
     msg = topic = peer = size = None
-    counts = (0, 0, 0, 0, 0, 0, 0, 0)
+    counts = (0,) * N_COUNTS
     if t == DELIVER:
         sub = ev.deliverMessage
         msg, topic, peer = sub.messageID.hex(), sub.topic, names(sub.receivedFrom)
@@ -342,14 +346,13 @@ def event_row(ev, names: PeerNames, default_node: str | None, seq: int) -> tuple
         carried = meta.messages
         msg = carried[0].messageID.hex() if carried else None
         ctl = meta.control
-        counts = (len(carried), len(meta.subscription), 0, 0, 0, 0, 0, 0)
-        if meta.HasField("control"):
-            counts = (
-                len(carried), len(meta.subscription),
-                len(ctl.ihave), sum(len(x.messageIDs) for x in ctl.ihave),
-                len(ctl.iwant), sum(len(x.messageIDs) for x in ctl.iwant),
-                len(ctl.graft), len(ctl.prune),
-            )
+        counts = (
+            len(carried), len(meta.subscription),
+            len(ctl.ihave), sum(len(x.messageIDs) for x in ctl.ihave),
+            len(ctl.iwant), sum(len(x.messageIDs) for x in ctl.iwant),
+            len(ctl.graft), len(ctl.prune), sum(len(x.peers) for x in ctl.prune),
+            len(ctl.idontwant), sum(len(x.messageIDs) for x in ctl.idontwant),
+        )
     elif t == GRAFT:
         topic, peer = ev.graft.topic, names(ev.graft.peerID)
     elif t == PRUNE:

@@ -17,8 +17,9 @@ the driver once as Arrow. What those return is small next to the events, and
 the stages over it run on the driver (analysis/deliveries.py: expected
 recipients and their first deliveries, lower bound, per message, the
 delivery time series, per node, latency distribution, in flight; here:
-subscription and up/down intervals, short links, mesh degree, recovery) and
-`summarize`.
+subscription and up/down intervals, short links, mesh degree, recovery;
+mesh churn, peer scores from the score files, IDONTWANT and PRUNE figures:
+analysis/mesh_churn.py, scores.py, idontwant.py) and `summarize`.
 """
 
 from __future__ import annotations
@@ -38,9 +39,12 @@ from analysis import deliveries as dlv
 from analysis.completeness import check_complete
 from analysis.ingest import SCHEMA as EVENTS_SCHEMA
 from analysis.ingest import IngestResult
+from analysis.idontwant import idontwant_summary
 from analysis.implementations import declared, per_implementation
+from analysis.mesh_churn import churn_summary, mesh_churn
 from analysis.mesh import mesh_link_changes, mesh_links_at, snapshot_times
 from analysis.rundir import RunDir
+from analysis.scores import read_scores, score_summary, scores_over_time
 from analysis.spread import first_delivery_tree
 from node.trace_vocab import (
     ADD_PEER,
@@ -317,7 +321,7 @@ def _write_table(table: pa.Table, path: Path) -> None:
     pq.write_table(table, path)
 
 
-CONTROL_COUNTS = ("graft", "prune", "ihave", "iwant", "ihave_ids", "iwant_ids")
+CONTROL_COUNTS = ("graft", "prune", "ihave", "iwant", "ihave_ids", "iwant_ids", "px", "idontwant", "idontwant_ids")
 
 
 def event_counts(E):
@@ -512,7 +516,7 @@ def time_series_control(E, t0: int):
     esec = F.floor((F.col("ts") - F.lit(t0)) / NS).cast("long")
     send = F.col("type") == SEND_RPC
     return (
-        E.where(F.col("type").isin(SEND_RPC, DELIVER, DUPLICATE, DROP_RPC))
+        E.where(F.col("type").isin(SEND_RPC, RECV_RPC, DELIVER, DUPLICATE, DROP_RPC))
         .withColumn("t_s", esec)
         .groupBy("t_s")
         .agg(
@@ -523,6 +527,9 @@ def time_series_control(E, t0: int):
             F.sum(F.when(send, F.col("n_prune")).otherwise(0)).alias("prune"),
             F.sum(F.when(send, F.col("n_ihave")).otherwise(0)).alias("ihave"),
             F.sum(F.when(send, F.col("n_iwant")).otherwise(0)).alias("iwant"),
+            F.sum(F.when(send, F.col("n_idontwant")).otherwise(0)).alias("idontwant"),
+            F.sum(F.when(F.col("type") == RECV_RPC, F.col("n_idontwant_ids")).otherwise(0)).alias(
+                "idontwant_ids_received"),
             F.sum(F.when(send, 1).otherwise(0)).alias("rpcs"),
             F.sum(F.when(send, F.col("size")).otherwise(0)).alias("bytes"),
             F.sum(F.when(F.col("type") == DROP_RPC, 1).otherwise(0)).alias("dropped"),
@@ -681,6 +688,19 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     _write_pandas(mesh_links_at(mesh_link_changes(structure, ctx.resets), snapshots, t0),
                   out_dir / "mesh_links.parquet")
 
+    step("mesh churn, peer scores")
+    churn = mesh_churn(structure, t0)
+    _write_pandas(churn, out_dir / "mesh_churn.parquet")
+    scores = read_scores(run.path)
+    _write_pandas(scores_over_time(scores, t0), out_dir / "scores.parquet")
+    duration_s = (ctx.t_end - t0) / NS if ctx.t_end > t0 else 0.0
+    router = {
+        "idontwant": idontwant_summary(per_node, ctx.publishes),
+        "prune": prune_summary(per_node),
+        "mesh_churn": churn_summary(churn, len(ctx.nodes), duration_s),
+        "scores": score_summary(scores),
+    }
+
     step("per-node load")
     nodes_df = pd.DataFrame({"node": ctx.nodes})
     nodes_df = nodes_df.merge(per_node[per_node["node"].notna()], on="node", how="left").merge(
@@ -704,6 +724,7 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
         has_lb=bool(edges),
         has_sizes=has_sizes,
         in_flight=in_flight,
+        router=router,
     )
     summary["mesh_snapshots"] = [{"t_s": (snap.t_ns - t0) / NS, "label": snap.label,
                                   "down": sorted({n for n, start, end in ctx.down if start <= snap.t_ns < end})}
@@ -746,8 +767,11 @@ def summarize(
     has_lb: bool,
     has_sizes: bool,
     in_flight: dict[str, int],
+    router: dict[str, Any],
 ) -> dict[str, Any]:
-    """summary.json's figures from the stages' driver-side results."""
+    """summary.json's figures from the stages' driver-side results; `router`:
+    the gossipsub v1.1/v1.2 figures (IDONTWANT, PRUNE and PX, mesh churn,
+    peer scores), already summarized."""
     t0 = ctx.t0
     n_events = int(per_node["events"].sum()) if len(per_node) else 0
     load_basis = "bytes_sent" if has_sizes else "rpcs_sent"
@@ -833,6 +857,7 @@ def summarize(
         "recovery_max_s": recovery_max,
         "recovered_all": (all(r["recovered"] for r in rec_done) if rec_done else None),
         "in_flight": in_flight,
+        **router,
         "t0_ns": t0,
         "duration_s": (ctx.t_end - t0) / NS if ctx.t_end > t0 else 0.0,
     }
@@ -860,7 +885,26 @@ def flat_aliases(summary: dict[str, Any]) -> dict[str, Any]:
     out["dropped_rpcs"] = summary["rpcs"]["dropped"]
     for k, v in summary["in_flight"].items():
         out[k] = v
+    for group in ("idontwant", "prune", "mesh_churn"):
+        for k, v in summary[group].items():
+            out[f"{group}_{k}"] = v
     return out
+
+
+def prune_summary(per_node: pd.DataFrame) -> dict[str, int]:
+    """summary.json's `prune`: PRUNE control entries sent and received (in
+    v1.1 and later each starts a backoff at both ends; go's trace meta does
+    not record its duration) and the peers they offered (peer exchange)."""
+
+    def total(col: str) -> int:
+        return int(per_node[col].sum()) if len(per_node) else 0
+
+    return {
+        "sent": total("prune_sent"),
+        "received": total("prune_received"),
+        "px_peers_sent": total("px_sent"),
+        "px_peers_received": total("px_received"),
+    }
 
 
 def mesh_degree(rows: pd.DataFrame, ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame]:

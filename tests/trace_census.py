@@ -6,7 +6,10 @@ project's generated trace_pb2), reads the uvarint-delimited records with
 plain protobuf, maps peer ids to names with its own base58, and counts with
 plain Python what docs/metrics.md defines: DELIVER events, deliveries to
 expected recipients, per-node deliveries, duplicates, RPCs and control
-entries sent, and latency from the traces' own timestamps. It shares no
+entries sent and received (IDONTWANT and PRUNE's PX peers too), GRAFT and
+PRUNE trace events per node and minute, latency from the traces' own
+timestamps, and, beside the traces, the peer scores of scores/*.csv read
+with the csv module. It shares no
 code with the analysis, so a figure both agree on was computed twice.
 
 Expected recipients follow docs/metrics.md's words: subscribed to the topic
@@ -17,6 +20,7 @@ publisher."""
 
 from __future__ import annotations
 
+import csv
 import importlib
 import json
 import sys
@@ -38,7 +42,8 @@ US = 1e-3  # latencies agree within 1 microsecond (figures are in ms)
 # TraceEvent.Type numbers, as written in trace.proto (checked against the
 # compiled enum in trace_module()).
 PUBLISH, REJECT, DUPLICATE, DELIVER = 0, 1, 2, 3
-RECV_RPC, SEND_RPC, DROP_RPC, JOIN, LEAVE = 6, 7, 8, 9, 10
+RECV_RPC, SEND_RPC, DROP_RPC, JOIN, LEAVE, GRAFT, PRUNE = 6, 7, 8, 9, 10, 11, 12
+MINUTE_NS = 60 * 10**9
 
 
 @cache
@@ -114,6 +119,8 @@ class Census:
     by_type: Counter = field(default_factory=Counter)
     per_node: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     control_sent: Counter = field(default_factory=Counter)
+    control_received: Counter = field(default_factory=Counter)
+    mesh_changes: Counter = field(default_factory=Counter)  # (minute since t0, node, GRAFT or PRUNE) -> events
     transmissions: int = 0
     messages: int = 0
     expected_deliveries: int = 0
@@ -184,6 +191,7 @@ def count(run: Path, traces: Path | None = None) -> Census:
     names = _names(nodes)
     topics_of = {n["name"]: list(n.get("topics") or []) for n in nodes}
     c = Census()
+    t0 = run_t0(run)
     published: dict[bytes, tuple[int, str, set[str]]] = {}
     first_deliver: dict[tuple[str, bytes], int] = {}
     joins: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
@@ -211,14 +219,13 @@ def count(run: Path, traces: Path | None = None) -> Census:
             elif ev.type in (T.JOIN, T.LEAVE):
                 topic = ev.join.topic if ev.type == T.JOIN else ev.leave.topic
                 joins[node].append((ev.timestamp, ev.type, topic))
-            elif ev.type == T.SEND_RPC:
-                meta = ev.sendRPC.meta
-                c.transmissions += len(meta.messages)
-                ctl = meta.control
-                c.control_sent["graft"] += len(ctl.graft)
-                c.control_sent["prune"] += len(ctl.prune)
-                c.control_sent["ihave"] += len(ctl.ihave)
-                c.control_sent["iwant"] += len(ctl.iwant)
+            elif ev.type in (T.SEND_RPC, T.RECV_RPC):
+                meta = ev.sendRPC.meta if ev.type == T.SEND_RPC else ev.recvRPC.meta
+                if ev.type == T.SEND_RPC:
+                    c.transmissions += len(meta.messages)
+                _count_control(meta.control, c.control_sent if ev.type == T.SEND_RPC else c.control_received)
+            elif ev.type in (T.GRAFT, T.PRUNE):
+                c.mesh_changes[((ev.timestamp - t0) // MINUTE_NS, node, ev.type)] += 1
     down = _down_intervals(run)
     c.messages = len(published)
     everyone = set(topics_of) | c.nodes_with_records
@@ -238,6 +245,47 @@ def count(run: Path, traces: Path | None = None) -> Census:
                 c.delivered_by_node[node] += 1
                 c.latencies_ms.append((got - ts) / 1e6)
     return c
+
+
+def _count_control(ctl, into: Counter) -> None:
+    into["graft"] += len(ctl.graft)
+    into["prune"] += len(ctl.prune)
+    into["ihave"] += len(ctl.ihave)
+    into["iwant"] += len(ctl.iwant)
+    into["px"] += sum(len(p.peers) for p in ctl.prune)
+    into["idontwant"] += len(ctl.idontwant)
+    into["idontwant_ids"] += sum(len(x.messageIDs) for x in ctl.idontwant)
+
+
+def run_t0(run: Path) -> int:
+    """The run's start: manifest.json's t0_ns, else events.jsonl's run_start."""
+    manifest = run / "manifest.json"
+    if manifest.is_file() and json.loads(manifest.read_text()).get("t0_ns") is not None:
+        return int(json.loads(manifest.read_text())["t0_ns"])
+    for ev in _events(run):
+        if ev.get("kind") == "run_start":
+            return int(ev["t_ns"])
+    return 0
+
+
+def _events(run: Path) -> list[dict]:
+    path = run / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def publish_sizes(run: Path) -> set[int]:
+    """The sizes events.jsonl's publish entries give."""
+    return {int(ev["size"]) for ev in _events(run) if ev.get("kind") == "publish" and "size" in ev}
+
+
+def scores_per_second(run: Path, t0: int) -> dict[int, list[float]]:
+    """Every score in scores/*.csv, by whole second since t0."""
+    out: dict[int, list[float]] = defaultdict(list)
+    for path in sorted((run / "scores").glob("*.csv")):
+        with path.open(newline="") as f:
+            for row in csv.DictReader(f):
+                out[(int(row["time_ns"]) - t0) // 10**9].append(float(row["score"]))
+    return out
 
 
 def _subscribed(node: str, topic: str, ts: int, joins: dict, topics_of: dict) -> bool:

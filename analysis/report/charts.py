@@ -171,9 +171,64 @@ def implementation_panels(d: RunData, colours: Colours) -> Figure | None:
                   "Each panel: the deliveries to that implementation's nodes; the table above has the figures.")
 
 
+def scores_over_time(d: RunData, colours: Colours) -> Figure | None:
+    """Routers that score (v1.1, v1.2): the distribution of every peer score
+    recorded in each second; none without score files."""
+    sc = d.table("scores")
+    if not len(sc):
+        return None
+    xs = _t(sc["t_s"])
+    lines = (Line("min", xs, _t(sc["min"]), "#7f7f7f", dashed=True),
+             Line("p10", xs, _t(sc["p10"]), "#17becf"),
+             Line("p50", xs, _t(sc["p50"]), P50),
+             Line("p90", xs, _t(sc["p90"]), "#9467bd"),
+             Line("max", xs, _t(sc["max"]), "#7f7f7f", dashed=True))
+    return Figure(XYChart(f"r{d.index}-scores", "Peer scores over time", "time (s)", "score", lines, _markers(d),
+                          (0.0, d.duration_s)),
+                  "Every score a node recorded for a connected peer at a heartbeat (scores/*.csv), per second: "
+                  "its distribution. " + _marker_caption(d))
+
+
+def idontwant_savings(d: RunData, colours: Colours) -> Figure | None:
+    """v1.2: bytes sent per second beside the most IDONTWANT can have kept
+    off the wire in it (ids received x message size); none without IDONTWANT."""
+    tsc, idw = d.table("timeseries_control"), d.summary.get("idontwant") or {}
+    size = idw.get("message_bytes")
+    if not len(tsc) or not idw.get("ids_received") or size is None:
+        return None
+    full = pd.RangeIndex(int(tsc["t_s"].min()), int(tsc["t_s"].max()) + 1, name="t_s")
+    tsc = tsc.set_index("t_s").reindex(full, fill_value=0).reset_index()
+    xs = _t(tsc["t_s"])
+    lines = (Line("bytes sent", xs, _t(tsc["bytes"]), "#1f77b4", step=True),
+             Line("saved, at most", xs, _t(tsc["idontwant_ids_received"] * size), "#2ca02c", step=True))
+    return Figure(XYChart(f"r{d.index}-idontwant", "IDONTWANT savings per second", "time (s)", "bytes per second",
+                          lines, _markers(d), (0.0, d.duration_s)),
+                  f"Green: message ids received in IDONTWANTs x the {size}-byte message size, an upper bound on the "
+                  "bytes they kept off the wire (docs/metrics.md, IDONTWANT). " + _marker_caption(d))
+
+
+def mesh_churn(d: RunData, colours: Colours) -> Figure | None:
+    """GRAFT and PRUNE trace events (mesh changes) per node, by minute of the run."""
+    ch = d.table("mesh_churn")
+    if not len(ch):
+        return None
+    n = max(1, int(d.summary.get("nodes") or 1))
+    per_minute = ch.groupby("minute")[["grafts", "prunes"]].sum()
+    full = range(int(per_minute.index.min()), int(per_minute.index.max()) + 1)
+    per_minute = per_minute.reindex(full, fill_value=0)
+    cats = tuple(f"{m}-{m + 1}" for m in full)
+    bars = (Bars("GRAFT", _t(per_minute["grafts"] / n), CONTROL["graft"]),
+            Bars("PRUNE", _t(per_minute["prunes"] / n), CONTROL["prune"]))
+    return Figure(BarChart(f"r{d.index}-churn", "Mesh churn per node per minute", "minute of the run",
+                           "mesh changes per node", cats, bars),
+                  f"GRAFT / PRUNE trace events (peers added to / removed from a mesh) in each minute, over the "
+                  f"run's {n} nodes; a last partial minute counts as a whole one.")
+
+
 RUN_CHARTS: tuple[Callable[[RunData, Colours], Figure | None], ...] = (
     latency_cdf, delivery_ratio_over_time, latency_over_time, duplicates_per_message,
     control_over_time, mesh_degree_distribution, mesh_degree_over_time, per_node_load,
+    scores_over_time, idontwant_savings, mesh_churn,
 )
 
 

@@ -13,7 +13,8 @@ from node.trace_vocab import RunEvent
 
 # metrics/<name>.parquet tables the report reads (docs/metrics.md)
 TABLES = ("latency_cdf", "timeseries_delivery", "timeseries_control", "mesh_degree", "mesh_degree_hist",
-          "duplicates_hist", "nodes", "messages", "deliveries", "first_deliveries", "mesh_links")
+          "duplicates_hist", "nodes", "messages", "deliveries", "first_deliveries", "mesh_links",
+          "mesh_churn", "scores")
 
 
 @dataclass(frozen=True)
