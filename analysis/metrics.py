@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from analysis import deliveries as dlv
 from analysis.completeness import check_complete
+from analysis.honest import honest_summary
 from analysis.ingest import SCHEMA as EVENTS_SCHEMA
 from analysis.ingest import IngestResult
 from analysis.idontwant import idontwant_summary
@@ -729,6 +730,7 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     summary["mesh_snapshots"] = [{"t_s": (snap.t_ns - t0) / NS, "label": snap.label,
                                   "down": sorted({n for n, start, end in ctx.down if start <= snap.t_ns < end})}
                                  for snap in snapshots]
+    summary.update(honest_summary(run.topology_nodes(), deliveries_pd))
     if declared(run.topology_nodes()):
         summary["implementations"] = per_implementation(run.topology_nodes(), nodes_df, per_node, deliveries_pd)
     return summary

@@ -37,7 +37,8 @@ from node.trace_vocab import DUPLICATE, RunEvent  # noqa: E402
 from node.wire import Message  # noqa: E402
 from orchestrator.experiment.spec import load_experiment  # noqa: E402
 from orchestrator.sim_stats import percentile  # noqa: E402
-from orchestrator.simulator import SimNode, Simulator  # noqa: E402
+from orchestrator.sim_node import SimNode  # noqa: E402
+from orchestrator.simulator import Simulator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

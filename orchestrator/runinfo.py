@@ -11,6 +11,7 @@ routers' traces are: the wall clock's, unless the run is time-dilated
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -32,13 +33,15 @@ EVENTS_JSONL = "events.jsonl"
 
 def topology_dict(resolved: ResolvedExperiment) -> dict[str, Any]:
     """Nodes (with `peer_id`, the libp2p peer id their traces carry, as
-    base58 text) and overlay edges with their link parameters."""
+    base58 text, and `adversary`: a sybil's behaviours, null for an honest
+    node) and overlay edges with their link parameters."""
     peer_ids = peer_ids_b58(resolved)
     nodes = [
         {
             "name": n.name, "peer_id": peer_ids[n.name], "group": n.group, "router": n.router,
             "topics": list(n.topics), "region": n.region, "uplink_bps": n.uplink_bps,
             "implementation": implementation(n.router), "trace_events": trace_events(n.router),
+            "adversary": dataclasses.asdict(n.adversary) if n.adversary is not None else None,
         }
         for n in resolved.nodes
     ]

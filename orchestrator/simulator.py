@@ -15,21 +15,21 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from node.engine import make_router
-from node.engine.api import NS, Output, Router, TraceEvent, TraceType
-from node.engine.authenticity import Authenticity
+from node.engine.api import NS, Output, TraceEvent, TraceType
 from node.engine.registry import negotiate
 from node.trace_vocab import RunEvent
 from node.wire import Message, PeerId, Rpc, rpc_size, workload_data
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
-from orchestrator.lifecycle import Call, Ineligible, NodeLife, Process, Verb, transition
-from orchestrator.peers import authenticity_for, injector_identity, node_identities
+from orchestrator.lifecycle import Call, Ineligible, Process, Verb, transition
+from orchestrator.peers import authenticity_for, injector_identity
 from orchestrator.sim_dial import DialOnSend
 from orchestrator.sim_gc import quiet_gc
+from orchestrator.sim_node import Conn, SimNode, sim_nodes
 from orchestrator.sim_stats import SimStats
 from orchestrator.sim_traces import TraceSink
 
@@ -38,43 +38,6 @@ WARMUP_S = 3.0
 # Event kinds, in the order they are handled when times tie.
 _CONNECT, _RPC, _DISCONNECTED, _HEARTBEAT, _CHURN, _PUBLISH, _END = range(7)
 _SEND_RPC = TraceType.SEND_RPC
-
-
-@dataclass(slots=True)
-class Conn:
-    """One end of a connection, as its node sees it: open until the node
-    closes it or notices the other end closed. Both ends share an epoch, so an
-    RPC that arrives after the connection was replaced is recognised."""
-
-    epoch: int
-    peer: SimNode
-    latency: int
-    jitter: int
-    loss: float
-    last_arrival: int = 0  # of what this end sent: links are FIFO
-
-
-@dataclass
-class SimNode:
-    name: str
-    peer_id: PeerId
-    router: str
-    params: dict
-    seed: int
-    life: NodeLife  # process state, topics, partitions: orchestrator/lifecycle.py
-    neighbours: tuple[str, ...]
-    uplink_bps: int | None
-    auth: Authenticity
-    engine: Router | None = None
-    incarnation: int = 0
-    uplink_free_at: int = 0
-    paused_inbox: list[Callable[[], None]] = field(default_factory=list)
-    heartbeat_due: bool = False
-    conns: dict[PeerId, Conn] = field(default_factory=dict)
-
-    @property
-    def paused(self) -> bool:
-        return self.life.process is Process.PAUSED
 
 
 class Simulator:
@@ -91,17 +54,7 @@ class Simulator:
         self.rng = random.Random(f"sim-network-{resolved.seed}")
         self.sink = TraceSink(trace_dir)
         self.stats = SimStats(nodes=len(resolved.nodes))
-        neighbours = resolved.neighbours()
-        identities = node_identities(resolved)
-        self.nodes: dict[str, SimNode] = {
-            n.name: SimNode(
-                n.name, identities[n.name].peer_id, n.router, dict(n.params), n.seed,
-                NodeLife(Process.STOPPED, frozenset(n.topics)),
-                tuple(neighbours[n.name]), n.uplink_bps,
-                authenticity_for(resolved, identities[n.name], modelled=True),
-            )
-            for n in resolved.nodes
-        }
+        self.nodes: dict[str, SimNode] = sim_nodes(resolved, self.warmup)
         injector = injector_identity()
         self.injector_id = injector.peer_id
         self.injector_auth = authenticity_for(resolved, injector, modelled=True)
@@ -332,7 +285,7 @@ class Simulator:
     def _start(self, node: SimNode, t: int) -> None:
         node.incarnation += 1
         seed = incarnation_seed(node.seed, node.incarnation)
-        node.engine = make_router(node.router, node.peer_id, seed, node.params, auth=node.auth)
+        node.engine = make_router(node.router, node.peer_id, seed, node.params, node.auth, node.behaviours)
         node.paused_inbox.clear()
         node.heartbeat_due = False
         node.uplink_free_at = t

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from node.engine.adversary import Behaviour, Sybil
 from node.engine.api import Router, protocol_order
 from node.engine.authenticity import Authenticity
 from node.engine.episub import EpisubParams, EpisubRouter
@@ -81,15 +82,22 @@ ROUTERS: dict[str, RouterKind] = {
 
 def make_router(
     name: str, peer_id: PeerId, seed: int, params: Mapping[str, Any] | None = None,
-    auth: Authenticity = Authenticity(),
+    auth: Authenticity = Authenticity(), behaviours: tuple[Behaviour, ...] = (),
 ) -> Router:
     """An engine of the named kind with its own RNG seeded by `seed` and the
-    network's message authenticity `auth`."""
+    network's message authenticity `auth`; with `behaviours`, a sybil over
+    that engine (which must keep a gossipsub mesh), drawing from its own RNG
+    derived from `seed`."""
     try:
         kind = ROUTERS[name]
     except KeyError:
         raise ValueError(f"unknown router {name!r} (known: {', '.join(ROUTERS)})") from None
-    return kind.build(peer_id, random.Random(seed), kind.make_params(params or {}), auth=auth)
+    engine = kind.build(peer_id, random.Random(seed), kind.make_params(params or {}), auth=auth)
+    if not behaviours:
+        return engine
+    if not isinstance(engine, GossipSubRouter):
+        raise ValueError(f"a sybil runs a gossipsub engine, not {name}")
+    return Sybil(engine, behaviours, random.Random(f"{seed}/sybil"))
 
 
 def negotiate(ours: frozenset[str], theirs: frozenset[str], preferred: str) -> str | None:

@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from node.wire import FIRST_8_BYTES
 from orchestrator.errors import InputError
 from orchestrator.experiment import values as v
+from orchestrator.experiment.adversary import check_adversaries
 from orchestrator.experiment.activity import Churn, Selector, Steady, TimelineEntry, Workload
 from orchestrator.experiment.document import ExperimentFile, Variant, VariantGroup, read_document
 from orchestrator.experiment.experiment import Experiment
@@ -122,6 +123,7 @@ class _Checker:
         single = len(written) == 1
         self.groups = tuple(self.group(g, single, doc.resources) for g in written)  # type: ignore[arg-type]
         self.node_names()
+        check_adversaries(self.groups, self.err)
         topics = sorted({t for g in self.groups for t in g.topics})
         overlay = self.overlay(doc.overlay)
         links = self.links(doc.links)
@@ -392,6 +394,7 @@ class _Checker:
             self.foreign_fit(doc, groups, base.workloads)
             wire = shared_wire(doc.wire, groups, self.err)
             self.ids_fit(doc, wire)
+            check_adversaries(groups, self.err)
             expectations = tuple(var.expectations) if var.expectations is not None else base.expectations
             out.append((vname, dataclasses.replace(
                 base, name=name, groups=groups, expectations=expectations, variant=vname, variant_set=(), wire=wire,

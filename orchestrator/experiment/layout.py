@@ -15,6 +15,7 @@ import random
 from typing import TYPE_CHECKING, TypeVar
 
 from orchestrator import graphs
+from orchestrator.experiment.adversary import adversary_spec
 from orchestrator.experiment.model import NodeSpec
 from orchestrator.links import Constant, PairLinks, Regions, Uniform
 
@@ -57,7 +58,7 @@ def nodes(exp: Experiment, seed: int) -> list[NodeSpec]:
             out.append(NodeSpec(
                 name=name, group=g.name, router=g.router, params=dict(g.router_params),  # type: ignore[arg-type]
                 topics=tuple(g.topics), seed=derive_seed(seed, "node", name), region=region, uplink_bps=uplink,
-                memory=g.memory, cpus=g.cpus, placement=g.placement,
+                memory=g.memory, cpus=g.cpus, placement=g.placement, adversary=adversary_spec(g.adversary),
             ))
     return out
 
@@ -67,6 +68,20 @@ def _weighted(rng: random.Random, choices: tuple[tuple[T, int], ...]) -> T:
 
 
 def overlay(exp: Experiment, seed: int, names: list[str]) -> list[tuple[str, str]]:
+    """The overlay the file asks for, plus an edge from every eclipsing
+    sybil to each of its targets (an adversary aims its connections)."""
+    edges = _drawn_overlay(exp, seed, names)
+    have = {graphs.edge(*e) for e in edges}
+    for g in exp.groups:
+        for target in (g.adversary.eclipse or ()) if g.adversary is not None else ():
+            for sybil in g.node_names():
+                if graphs.edge(sybil, target) not in have:
+                    have.add(graphs.edge(sybil, target))
+                    edges.append(graphs.edge(sybil, target))
+    return edges
+
+
+def _drawn_overlay(exp: Experiment, seed: int, names: list[str]) -> list[tuple[str, str]]:
     ov = exp.overlay
     if ov.type == "explicit":
         return list(ov.edges)

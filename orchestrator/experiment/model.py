@@ -21,6 +21,21 @@ ChurnVerb = Literal[
 
 
 @dataclass(frozen=True)
+class AdversarySpec:
+    """A sybil's behaviours (docs/adversaries.md), by node name; `start`
+    in workload seconds (0: from the beginning; later: covert until then)."""
+
+    censor: bool = False
+    censor_publishers: tuple[str, ...] = ()
+    degrade: float | None = None  # the share of messages still forwarded
+    eclipse: tuple[str, ...] = ()
+    ihave_flood: int | None = None
+    iwant_flood: int | None = None
+    graft_during_backoff: bool = False
+    start: float = 0.0
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     name: str
     group: str
@@ -33,6 +48,7 @@ class NodeSpec:
     memory: str | None = None
     cpus: float | None = None
     placement: tuple[str, ...] = ()  # swarm placement constraints
+    adversary: AdversarySpec | None = None  # None: an honest node
 
 
 @dataclass(frozen=True)
@@ -153,7 +169,8 @@ class ResolvedExperiment:
             "name": self.name, "seed": self.seed,
             "nodes": [
                 [n.name, n.group, n.router, sorted(n.params.items()), list(n.topics), n.seed,
-                 n.region, n.uplink_bps, n.memory, n.cpus, list(n.placement)]
+                 n.region, n.uplink_bps, n.memory, n.cpus, list(n.placement),
+                 *([repr(n.adversary)] if n.adversary is not None else [])]
                 for n in self.nodes
             ],
             "edges": [list(e) for e in self.edges],

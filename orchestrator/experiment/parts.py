@@ -171,6 +171,35 @@ def router_params_schema(schema: dict[str, Any]) -> None:
     schema["allOf"] = variants
 
 
+class Adversary(Part):
+    """What a group's nodes do as sybils (docs/adversaries.md). Each key is
+    one behaviour of node/engine/adversary/; they combine. `start` makes the
+    sybils covert: honest until then (workload seconds). Node names are
+    checked against the file in orchestrator/experiment/adversary.py."""
+
+    censor: v.Flag = False
+    censor_publishers: list[v.name_type("a node name")] | None = Field(  # type: ignore[valid-type]
+        None, min_length=1, description="censor only these publishers' messages (implies censor)")
+    degrade: v.number("the share of messages still forwarded, in [0, 1]", le=1.0) | None = None  # type: ignore[valid-type]
+    eclipse: list[v.name_type("a node name")] | None = Field(  # type: ignore[valid-type]
+        None, min_length=1, description="victims: every sybil connects to and GRAFTs each of them")
+    ihave_flood: v.integer("made-up ids per IHAVE", ge=1, le=100_000) | None = None  # type: ignore[valid-type]
+    iwant_flood: v.integer("repeats of each IWANT", ge=1, le=1_000) | None = None  # type: ignore[valid-type]
+    graft_during_backoff: v.Flag = False
+    start: v.Time = 0.0
+
+    @model_validator(mode="after")
+    def _rules(self) -> Adversary:
+        behaviours = (self.censor, self.censor_publishers, self.degrade is not None, self.eclipse,
+                      self.ihave_flood, self.iwant_flood, self.graft_during_backoff)
+        if not any(behaviours):
+            raise v.problem("an adversary needs at least one behaviour: censor, censor_publishers, degrade, eclipse, "
+                            "ihave_flood, iwant_flood or graft_during_backoff")
+        if self.censor and self.censor_publishers:
+            raise v.problem("censor censors everyone; censor_publishers only those: give one of them", "censor_publishers")
+        return self
+
+
 class Group(Part):
     """A group of identical nodes. `name`, `prefix` and every router
     parameter are filled in by check.py (defaults depend on the whole file)."""
@@ -186,6 +215,7 @@ class Group(Part):
     region: Regions | None = None
     uplink: v.Rate | None = None
     resources: Resources | None = None
+    adversary: Adversary | None = None
 
     @model_validator(mode="after")
     def _rules(self) -> Group:
