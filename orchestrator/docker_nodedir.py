@@ -150,10 +150,11 @@ def prepare(run_dir: Path, config: NodeConfig, user: NodeUser) -> NodeConfig:
 def isolation(user: NodeUser, shared: dict[str, dict[str, str]], hosts: bool) -> dict[str, object]:
     """What the manifest records about a container's privileges; `shared`:
     the binds of the image's own files (orchestrator.image_tree); `hosts`:
-    whether the testbed's hosts file is mounted (write_hosts)."""
+    whether the testbed's hosts file and resolv.conf are mounted (write_hosts)."""
     mounts = [f"run_dir/nodes/<node> at {MOUNT} (read-write): config, trace, lag file, log"]
     if hosts:
-        mounts.append("run_dir/nodes/hosts at /etc/hosts (read-only): every node's name and address")
+        mounts.append("run_dir/nodes/hosts and resolv.conf at /etc/hosts and /etc/resolv.conf (read-only): "
+                      "every node's name and address; a nameserver that reaches nothing")
     if shared:
         mounts.append(f"{', '.join(b['bind'] for b in shared.values())} (read-only): the router image's own "
                       f"files, unpacked once at {os.path.commonpath(list(shared))}")

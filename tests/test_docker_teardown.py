@@ -228,6 +228,7 @@ def test_a_container_touches_only_its_own_node_directory(docker_backends):
     assert mounts.pop("/node") == (str(backend.run_dir / "nodes" / "a"), True)
     if backend.wiring.kind == OWN_BRIDGE:  # every node's name and address, read-only (docker_wiring.py)
         assert mounts.pop("/etc/hosts") == (str(backend.run_dir / "nodes" / "hosts"), False)
+        assert mounts.pop("/etc/resolv.conf") == (str(backend.run_dir / "nodes" / "resolv.conf"), False)
     # the rest: the router image's own code and libraries, unpacked once on the
     # host and shared read-only by its containers (orchestrator/image_tree.py)
     assert mounts == {bind["bind"]: (source, False) for source, bind in backend._shared.items()}
