@@ -89,6 +89,7 @@ class Context:
 
     t0: int
     t_end: int
+    teardown: int  # when `down` began (the first run_end), at most t_end: every router leaves after it
     nodes: list[str]
     subscriptions: list[tuple[str, str, int, int]]  # node, topic, start, end
     down: list[tuple[str, int, int]]  # node, start, end (node unreachable)
@@ -427,6 +428,7 @@ def build_context(run: RunDir, per_node: pd.DataFrame, structure: pd.DataFrame) 
     return Context(
         t0=int(t0),
         t_end=int(t_end),
+        teardown=int(min([*ends, t_end])),
         nodes=nodes,
         subscriptions=subs,
         down=down,
@@ -682,10 +684,7 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     mesh_samples, mesh_hist = mesh_degree(structure, ctx)
     _write_pandas(mesh_samples, out_dir / "mesh_degree.parquet")
     _write_pandas(mesh_hist, out_dir / "mesh_degree_hist.parquet")
-    teardown = min((e["t_ns"] for e in run.events if e.get("kind") == RunEvent.RUN_END), default=ctx.t_end)
-    snapshots = snapshot_times(
-        int(msgs["publish_ts"].min()) if len(msgs) else None, ctx.churn, t0, min(int(teardown), ctx.t_end)
-    )
+    snapshots = snapshot_times(int(msgs["publish_ts"].min()) if len(msgs) else None, ctx.churn, t0, ctx.teardown)
     _write_pandas(mesh_links_at(mesh_link_changes(structure, ctx.resets), snapshots, t0),
                   out_dir / "mesh_links.parquet")
 
