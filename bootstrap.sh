@@ -62,19 +62,19 @@ fi
 scripts/pylibp2p-venv.sh || echo "bootstrap: could not make .venv-pylibp2p; the py-libp2p interop tests will be skipped" >&2
 
 # The rust-libp2p adapter (adapters/rust-libp2p), built where cargo is, into
-# the shared cache (orchestrator/image_rust.py), so tests and runs find it.
+# the shared cache (orchestrator/images/rust.py), so tests and runs find it.
 # Optional: without cargo or on failure set-up goes on and it is unavailable.
 if command -v cargo >/dev/null; then
-  .venv/bin/python -c 'from orchestrator.image_rust import build_rust_adapter; build_rust_adapter()' ||
+  .venv/bin/python -c 'from orchestrator.images.rust import build_rust_adapter; build_rust_adapter()' ||
     echo "bootstrap: could not build the rust-libp2p adapter; the rust-libp2p router is unavailable" >&2
 fi
 
-# The delay line (orchestrator/native/delayline): per-link delay, jitter and
+# The delay line (orchestrator/shaping/native/delayline): per-link delay, jitter and
 # loss for the docker backend on hosts whose kernel has no sch_netem. No
 # dependencies, so cargo builds it offline. Optional: without it the routers
-# delay their own frames (orchestrator/delayline.py says what that costs).
+# delay their own frames (orchestrator/shaping/delayline.py says what that costs).
 if command -v cargo >/dev/null; then
-  .venv/bin/python -c 'from orchestrator.delayline import build; build()' ||
+  .venv/bin/python -c 'from orchestrator.shaping.delayline import build; build()' ||
     echo "bootstrap: could not build the delay line; on a host without netem the routers delay their own frames" >&2
 fi
 

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from node.trace_vocab import (
+from node.trace.vocab import (
     ADD_PEER,
     DELIVER,
     DROP_RPC,

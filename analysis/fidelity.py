@@ -5,7 +5,7 @@ run at this message rate before they compete for the cores.
 Why it matters: a router that waits for a core adds that wait to every
 latency it reports. The event-loop lag (manifest.json, event_loop_lag)
 shows the waits that happened; the CPU figures (router-cpu.json, written by
-orchestrator/router_cpu.py at "up", at the first publish ("workload") and
+orchestrator/records/router_cpu.py at "up", at the first publish ("workload") and
 at "down") show what each router costs, so the budget can be given for a
 run of any size:
 

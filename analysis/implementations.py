@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from node.trace_vocab import TraceType
+from node.trace.vocab import TraceType
 
 # metric -> the trace event types it is computed from (all needed)
 NEEDS: dict[str, frozenset[str]] = {

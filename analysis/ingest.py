@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 from analysis import columnar
 
-from node.trace_vocab import (
+from node.trace.vocab import (
     ADD_PEER,
     DELIVER,
     DROP_RPC,
@@ -56,7 +56,7 @@ from node.trace_vocab import (
     REMOVE_PEER,
     SEND_RPC,
 )
-from node.tracefile import MAX_TRACE_EVENT, PB
+from node.trace.file import MAX_TRACE_EVENT, PB
 
 
 PB_SUFFIXES = (".pb",)

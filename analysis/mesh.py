@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from node.trace_vocab import GRAFT, LEAVE, PRUNE, REMOVE_PEER
+from node.trace.vocab import GRAFT, LEAVE, PRUNE, REMOVE_PEER
 
 NS = 1_000_000_000
 # a run with more churn instants than this gets pictures after the first ones only

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from node.trace_vocab import GRAFT, PRUNE
+from node.trace.vocab import GRAFT, PRUNE
 
 NS = 1_000_000_000
 MINUTE_NS = 60 * NS

@@ -47,7 +47,7 @@ from analysis.mesh import mesh_link_changes, mesh_links_at, snapshot_times
 from analysis.rundir import RunDir
 from analysis.scores import read_scores, score_summary, scores_over_time
 from analysis.spread import first_delivery_tree
-from node.trace_vocab import (
+from node.trace.vocab import (
     ADD_PEER,
     DELIVER,
     DROP_RPC,

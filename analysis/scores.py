@@ -2,7 +2,7 @@
 
 Routers that score their peers (gossipsub v1.1 and v1.2) write, at every
 heartbeat, each connected peer's score in scores/<node>.csv
-(node/scorefile.py); go's trace format has no place for scores, so these
+(node/trace/scores.py); go's trace format has no place for scores, so these
 figures come from those files, not from the traces. The files grow with
 nodes x peers x heartbeats, not with messages, so the driver reads them
 with pandas. docs/metrics.md, "Peer scores", defines the figures."""

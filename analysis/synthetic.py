@@ -14,7 +14,7 @@ import json
 import random
 from pathlib import Path
 
-from node.codec import encode_uvarint
+from node.wire.codec import encode_uvarint
 
 TOPIC = b"blocks"
 MS = 1_000_000

@@ -14,10 +14,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from node.codec import encode_frame
+from node.wire.codec import encode_frame
 from node.engine.api import TraceEvent, TraceType
-from node.tracefile import MAX_TRACE_EVENT, to_proto
-from node.wire import Message, Rpc, seqno_bytes
+from node.trace.file import MAX_TRACE_EVENT, to_proto
+from node.wire.rpc import Message, Rpc, seqno_bytes
 
 MS = 1_000_000
 TOPIC = "warm-up"

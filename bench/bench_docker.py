@@ -22,14 +22,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from node.config import NodeConfig, PeerAddress  # noqa: E402
-from node.identity import identity_for_index  # noqa: E402
+from node.libp2p.identity import identity_for_index  # noqa: E402
 from node.proto import trace_pb2  # noqa: E402
 from node.runtime.client import ControlClient  # noqa: E402
-from node.tracefile import read_trace  # noqa: E402
-from orchestrator.backend import BackendContext  # noqa: E402
-from orchestrator.docker_backend import DockerBackend  # noqa: E402
-from orchestrator.image import ensure_image  # noqa: E402
-from orchestrator.state import StateStore  # noqa: E402
+from node.trace.file import read_trace  # noqa: E402
+from orchestrator.backends.api import BackendContext  # noqa: E402
+from orchestrator.backends.docker.backend import DockerBackend  # noqa: E402
+from orchestrator.images.router import ensure_image  # noqa: E402
+from orchestrator.records.state import StateStore  # noqa: E402
 
 TOKEN = "bench"
 

@@ -33,12 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from node.engine.api import Output  # noqa: E402
 from node.engine.episub import EpisubRouter  # noqa: E402
-from node.trace_vocab import DUPLICATE, RunEvent  # noqa: E402
-from node.wire import Message  # noqa: E402
+from node.trace.vocab import DUPLICATE, RunEvent  # noqa: E402
+from node.wire.rpc import Message  # noqa: E402
 from orchestrator.experiment.spec import load_experiment  # noqa: E402
-from orchestrator.sim_stats import percentile  # noqa: E402
-from orchestrator.sim_node import SimNode  # noqa: E402
-from orchestrator.simulator import Simulator  # noqa: E402
+from orchestrator.sim.stats import percentile  # noqa: E402
+from orchestrator.sim.node import SimNode  # noqa: E402
+from orchestrator.sim.simulator import Simulator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -30,7 +30,7 @@ One repetition, N sleeping containers of the router image (docker-init,
    all of it is shown too. For comparison, mode docker-net does what the
    project does today in place of steps 2 and 4: an internal Docker network,
    a static address each, and the project's own teardown
-   (orchestrator/docker_teardown.py: disconnects one at a time, removal 8 at
+   (orchestrator/backends/docker/teardown.py: disconnects one at a time, removal 8 at
    a time, the network);
 5. count what is left: labelled containers, endpoints of network "none",
    veths on the host, mounted namespaces under /var/run/docker/netns, our
@@ -64,10 +64,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_teardown import dockerd_cpu_s  # noqa: E402
-from orchestrator.docker_network import candidate_subnets, create_network  # noqa: E402
-from orchestrator.docker_teardown import Scope, bounded, teardown  # noqa: E402
-from orchestrator.docker_util import LABEL, LABEL_STATE, LABEL_TESTBED  # noqa: E402
-from orchestrator.image import ensure_image  # noqa: E402
+from orchestrator.backends.docker.network import candidate_subnets, create_network  # noqa: E402
+from orchestrator.backends.docker.teardown import Scope, bounded, teardown  # noqa: E402
+from orchestrator.dockerapi.client import LABEL, LABEL_STATE, LABEL_TESTBED  # noqa: E402
+from orchestrator.images.router import ensure_image  # noqa: E402
 
 NETNS_DIR = Path("/var/run/docker/netns")
 DOCKER_NET = "docker-net"

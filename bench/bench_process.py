@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.controller import Controller  # noqa: E402
+from orchestrator.run.controller import Controller  # noqa: E402
 from orchestrator.progress import RichReporter  # noqa: E402
 from orchestrator.experiment.model import LinkParams, NodeSpec, Publish, ResolvedExperiment  # noqa: E402
-from orchestrator.state import StateStore  # noqa: E402
+from orchestrator.records.state import StateStore  # noqa: E402
 
 
 def experiment(n: int, degree: int, latency_ms: float) -> ResolvedExperiment:

@@ -23,11 +23,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from node.config import LinkShape  # noqa: E402
-from orchestrator.backend import BackendContext  # noqa: E402
-from orchestrator.docker_backend import DockerBackend  # noqa: E402
-from orchestrator.docker_proxy import ProxyShapes, shape_foreign  # noqa: E402
-from orchestrator.image import ensure_image  # noqa: E402
-from orchestrator.state import StateStore  # noqa: E402
+from orchestrator.backends.api import BackendContext  # noqa: E402
+from orchestrator.backends.docker.backend import DockerBackend  # noqa: E402
+from orchestrator.shaping.proxy import ProxyShapes, shape_foreign  # noqa: E402
+from orchestrator.images.router import ensure_image  # noqa: E402
+from orchestrator.records.state import StateStore  # noqa: E402
 from tests.docker_fixtures import sink_config, tcp_reachable, wait_for  # noqa: E402
 from tests.test_docker_proxy import ECHO, PING, PORT  # noqa: E402
 

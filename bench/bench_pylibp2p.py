@@ -133,8 +133,8 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     proc.kill()
     if args.image:
-        from orchestrator.docker_util import docker_client
-        from orchestrator.image_pylibp2p import build_pylibp2p_image
+        from orchestrator.dockerapi.client import docker_client
+        from orchestrator.images.pylibp2p import build_pylibp2p_image
         from orchestrator.progress import Reporter
 
         client = docker_client(timeout=1800)

@@ -64,13 +64,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import node  # noqa: E402
 from node.config import NodeConfig, PeerAddress  # noqa: E402
-from node.go_params import go_gossipsub_params  # noqa: E402
-from node.identity import identity_for_index  # noqa: E402
+from node.interop.go_params import go_gossipsub_params  # noqa: E402
+from node.libp2p.identity import identity_for_index  # noqa: E402
 from node.runtime.client import ControlClient  # noqa: E402
-from node.wire import FIRST_8_BYTES  # noqa: E402
-from orchestrator.controller import Controller  # noqa: E402
+from node.wire.rpc import FIRST_8_BYTES  # noqa: E402
+from orchestrator.run.controller import Controller  # noqa: E402
 from orchestrator.errors import TestbedError  # noqa: E402
-from orchestrator.image_rust import build_rust_adapter  # noqa: E402
+from orchestrator.images.rust import build_rust_adapter  # noqa: E402
 from orchestrator.experiment.model import LinkParams, NodeSpec, Publish, ResolvedExperiment  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -113,7 +113,7 @@ def main() -> int:
     args = parser.parse_args()
     import docker  # noqa: PLC0415
 
-    from orchestrator.image import ensure_image  # noqa: PLC0415
+    from orchestrator.images.router import ensure_image  # noqa: PLC0415
 
     if os.geteuid() != 0:
         print("bench_runtime_floor: needs root (it signals the containers' inits from the host)", file=sys.stderr)

@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from node.identity import identity_for_index  # noqa: E402
+from node.libp2p.identity import identity_for_index  # noqa: E402
 from node.runtime.client import ControlClient  # noqa: E402
-from orchestrator.image_rust import build_rust_adapter  # noqa: E402
+from orchestrator.images.rust import build_rust_adapter  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 TOKEN = "bench"

@@ -35,7 +35,7 @@ linger: 5s
 
 def run_one(nodes: int, messages: int, interval: float, router: str) -> dict:
     from orchestrator.experiment.spec import parse_experiment, resolved_to_yaml
-    from orchestrator.sim_run import run_simulation
+    from orchestrator.sim.run import run_simulation
 
     experiment = parse_experiment(
         EXPERIMENT.format(nodes=nodes, messages=messages, interval=interval, router=router), "bench.yaml"

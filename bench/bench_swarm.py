@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.experiment.spec import load_experiment  # noqa: E402
-from orchestrator.runs import run_experiment  # noqa: E402
+from orchestrator.run.runs import run_experiment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

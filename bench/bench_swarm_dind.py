@@ -1,5 +1,5 @@
 """A multi-host swarm on one machine: three Docker-in-Docker engines
-(orchestrator/swarm_dind.py) form a swarm whose manager is the first of them,
+(orchestrator/backends/swarm/dind.py) form a swarm whose manager is the first of them,
 and the swarm backend runs an experiment across them through the installed
 `testbed` command. The host's own engine only hosts the three nodes; it
 joins no swarm.
@@ -38,10 +38,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator import swarm_dind  # noqa: E402
-from orchestrator.docker_util import docker_client  # noqa: E402
+from orchestrator.backends.swarm import dind as swarm_dind  # noqa: E402
+from orchestrator.dockerapi.client import docker_client  # noqa: E402
 from orchestrator.errors import TestbedError  # noqa: E402
-from orchestrator.image import ensure_image  # noqa: E402
+from orchestrator.images.router import ensure_image  # noqa: E402
 from orchestrator.progress import Reporter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

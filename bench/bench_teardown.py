@@ -53,8 +53,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_runtime_floor import cpu_ticks  # noqa: E402
-from orchestrator.image import ensure_image  # noqa: E402
-from orchestrator.docker_wiring import chosen  # noqa: E402
+from orchestrator.images.router import ensure_image  # noqa: E402
+from orchestrator.backends.docker.wiring import chosen  # noqa: E402
 from tests.kill_harness import TESTBED, host_side, kill_tries, labelled, records  # noqa: E402
 from tests.readiness_harness import experiment_text, readiness_tries  # noqa: E402
 
@@ -249,8 +249,8 @@ def down_bench(nodes: int, tries: int, quiet: bool) -> int:
 def endpoints_bench(image: str, nodes: int, workers: int, tries: int) -> int:
     import docker  # noqa: PLC0415
 
-    from orchestrator.docker_teardown import Scope, bounded, teardown  # noqa: PLC0415
-    from orchestrator.docker_util import LABEL, LABEL_STATE, LABEL_TESTBED  # noqa: PLC0415
+    from orchestrator.backends.docker.teardown import Scope, bounded, teardown  # noqa: PLC0415
+    from orchestrator.dockerapi.client import LABEL, LABEL_STATE, LABEL_TESTBED  # noqa: PLC0415
 
     client, clean = docker.from_env(timeout=300), 0
     with tempfile.TemporaryDirectory(prefix="bench-teardown-endpoints-") as state:

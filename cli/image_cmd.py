@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.foreign import ADAPTERS, OURS, build_foreign_image
-from orchestrator.image import BASES, build_image, ensure_image, list_images
+from orchestrator.routers.kinds import ADAPTERS, OURS, build_foreign_image
+from orchestrator.images.router import BASES, build_image, ensure_image, list_images
 from orchestrator.progress import Reporter, RichReporter
 
 console = Console()
@@ -61,7 +61,7 @@ def build(
 
 
 def _foreign_tag(router: str, reporter: Reporter) -> str:
-    from orchestrator.docker_util import docker_client  # noqa: PLC0415
+    from orchestrator.dockerapi.client import docker_client  # noqa: PLC0415
 
     client = docker_client(timeout=600)
     try:
@@ -93,9 +93,9 @@ def distribute_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """docker save | docker load the router image into other swarm nodes' engines."""
-    from orchestrator.docker_util import docker_client  # noqa: PLC0415
+    from orchestrator.dockerapi.client import docker_client  # noqa: PLC0415
     from orchestrator.errors import BackendUnavailable  # noqa: PLC0415
-    from orchestrator.swarm_image import distribute  # noqa: PLC0415
+    from orchestrator.backends.swarm.image import distribute  # noqa: PLC0415
 
     reporter = Reporter() if as_json else RichReporter(Console(stderr=True))
     tag = ensure_image(reporter=reporter)
@@ -122,8 +122,8 @@ def push_cmd(
 ) -> None:
     """Tag the router image under REGISTRY and push it; run the swarm
     backend with TESTBED_SWARM_IMAGE set to the printed reference."""
-    from orchestrator.docker_util import docker_client  # noqa: PLC0415
-    from orchestrator.swarm_image import push  # noqa: PLC0415
+    from orchestrator.dockerapi.client import docker_client  # noqa: PLC0415
+    from orchestrator.backends.swarm.image import push  # noqa: PLC0415
 
     reporter = Reporter() if as_json else RichReporter(Console(stderr=True))
     tag = ensure_image(reporter=reporter)

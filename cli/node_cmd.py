@@ -1,7 +1,7 @@
 """`testbed node --config FILE`: the router daemon (the same as
 `python -m node --config FILE`), as the backends start it; `testbed node
 --contract PARAMS [--config FILE]`: the same router under test-plans'
-gossipsub-interop contract (`python -m node.interop`)."""
+gossipsub-interop contract (`python -m node.interop.contract`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def node(
 ) -> None:
     """Run one router daemon until SIGTERM or a control `shutdown`."""
     if contract is not None:
-        from node.interop import main as interop_main  # noqa: PLC0415
+        from node.interop.contract import main as interop_main  # noqa: PLC0415
 
         code = interop_main(["--params", str(contract), *(["--config", str(config)] if config else [])])
     elif config is None:

@@ -45,7 +45,7 @@ def plan_runs(file: Path, seed: int | None, out_dir: Path | None, backend: str, 
     """One run per variant of the file (or the file itself); `--variant`
     picks one. With variants, `out_dir` is the parent of `<variant>/` run dirs."""
     from orchestrator.experiment.spec import load_experiment, resolved_to_yaml
-    from orchestrator.rundir import default_run_dir
+    from orchestrator.records.rundir import default_run_dir
 
     if not file.is_file():
         raise InputError(f"{file}: no such experiment file")

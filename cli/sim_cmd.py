@@ -29,8 +29,8 @@ def sim(
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON document.")] = False,
 ) -> None:
     """Simulate an experiment on a virtual clock (deterministic for a seed)."""
-    from orchestrator.foreign import refuse_in_simulator
-    from orchestrator.sim_run import run_simulation
+    from orchestrator.routers.kinds import refuse_in_simulator
+    from orchestrator.sim.run import run_simulation
 
     plan = plan_runs(file, seed, out, "sim", variant)
     for run in plan.runs:

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.state import state_dir
+from orchestrator.records.state import state_dir
 
 console = Console()
 err = Console(stderr=True)

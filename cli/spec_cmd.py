@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def summary(exp: Experiment, r: ResolvedExperiment) -> dict[str, Any]:
-    from orchestrator import graphs
+    from orchestrator.experiment import graphs
 
     names = [n.name for n in r.nodes]
     deg = graphs.degrees(names, r.edges)
@@ -63,7 +63,7 @@ def summary(exp: Experiment, r: ResolvedExperiment) -> dict[str, Any]:
 
 
 def _non_default_params(router: str, params: Any) -> dict[str, Any]:
-    from orchestrator.foreign import router_kind
+    from orchestrator.routers.kinds import router_kind
 
     kind = router_kind(router)
     defaults = dataclasses.asdict(kind.make_params({}))
@@ -102,7 +102,7 @@ def variant_summaries(exp: Experiment, base: ResolvedExperiment) -> list[dict[st
 
 
 def _print(s: dict[str, Any], console: Console) -> None:
-    from orchestrator.links import format_rate
+    from orchestrator.experiment.links import format_rate
 
     console.print(f"[bold]{s['name']}[/] ({s['file']}): valid; seed {s['seed']}, digest {s['digest']}")
     table = Table(show_header=True, header_style="bold")

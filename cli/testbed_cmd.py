@@ -7,9 +7,9 @@
     testbed down [NAME | --all]
     testbed run FILE       up + workload + churn + collection + down, then analysis
 
-Thin: everything happens in orchestrator.controller and orchestrator.runs;
+Thin: everything happens in orchestrator.run.controller and orchestrator.run.runs;
 which churn verb applies to which node is the lifecycle table's call
-(orchestrator/lifecycle.py). Bad input is one clear error and exit 2 before
+(orchestrator/run/lifecycle.py). Bad input is one clear error and exit 2 before
 anything starts; every --json prints exactly one JSON document.
 """
 
@@ -28,9 +28,9 @@ from rich.table import Table
 
 from cli.postrun import Plan, finish_runs, plan_runs, print_outcome, warm_up_analysis
 from cli.spark_cmd import experiment_running
-from orchestrator.backends import BACKENDS, default_backend
+from orchestrator.backends.registry import BACKENDS, default_backend
 from orchestrator.errors import InputError
-from orchestrator.lifecycle import Verb, why_not
+from orchestrator.run.lifecycle import Verb, why_not
 from orchestrator.progress import Reporter, RichReporter
 
 console = Console()
@@ -61,7 +61,7 @@ def _load(file: Path, seed: int | None, variant: str | None, out: Path | None, b
 
 def _plan(file: Path, seed: int | None, out: Path | None, backend: str, variant: str | None) -> Plan:
     """The runs of a file on a real backend, refusing routers it cannot run."""
-    from orchestrator.foreign import refuse_outside_simulator  # noqa: PLC0415
+    from orchestrator.routers.kinds import refuse_outside_simulator  # noqa: PLC0415
 
     plan = plan_runs(file, seed, out, backend, variant)
     for run in plan.runs:
@@ -98,8 +98,8 @@ def up(
     as_json: JsonOption = False,
 ) -> None:
     """Start a testbed and leave it running: nodes up and meshed, no workload."""
-    from orchestrator.controller import Controller  # noqa: PLC0415
-    from orchestrator.runs import down_testbed  # noqa: PLC0415
+    from orchestrator.run.controller import Controller  # noqa: PLC0415
+    from orchestrator.run.runs import down_testbed  # noqa: PLC0415
 
     backend_name = _backend(backend, as_json)
     planned = _load(file, seed, variant, out, backend_name)
@@ -138,7 +138,7 @@ def run(
     and the experiment's expectations. A file with variants runs each of them,
     one after the other.
     """
-    from orchestrator.runs import run_experiment  # noqa: PLC0415
+    from orchestrator.run.runs import run_experiment  # noqa: PLC0415
 
     backend_name = _backend(backend, as_json)
     plan = _plan(file, seed, out, backend_name, variant)
@@ -212,7 +212,7 @@ def _libp2p_address(cfg: Any) -> dict[str, Any]:
     """How a libp2p host on this machine dials a node: its peer id and
     multiaddrs (the address it listens on, on the loopback range or the
     testbed's Docker network)."""
-    from orchestrator.peers import multiaddr  # noqa: PLC0415
+    from orchestrator.routers.peers import multiaddr  # noqa: PLC0415
 
     if cfg is None:
         return {"peer_id": None, "multiaddrs": []}
@@ -225,8 +225,8 @@ def status(
     as_json: JsonOption = False,
 ) -> None:
     """Show running testbeds, or the nodes of one."""
-    from orchestrator.controller import Controller  # noqa: PLC0415
-    from orchestrator.state import StateStore  # noqa: PLC0415
+    from orchestrator.run.controller import Controller  # noqa: PLC0415
+    from orchestrator.records.state import StateStore  # noqa: PLC0415
 
     store = StateStore()
     if name is None:
@@ -279,10 +279,10 @@ def publish(
     """Publish messages through one node of a running testbed (logged to events.jsonl)."""
     import time  # noqa: PLC0415
 
-    from orchestrator.controller import Controller  # noqa: PLC0415
+    from orchestrator.run.controller import Controller  # noqa: PLC0415
     from orchestrator.experiment.model import Publish  # noqa: PLC0415
 
-    from orchestrator.foreign import CONTRACT, is_bare  # noqa: PLC0415
+    from orchestrator.routers.kinds import CONTRACT, is_bare  # noqa: PLC0415
 
     ctl = Controller.attach(name)
     if node is None:
@@ -350,7 +350,7 @@ def churn(
     as_json: JsonOption = False,
 ) -> None:
     """Apply one churn action to a running testbed now (logged to events.jsonl)."""
-    from orchestrator.controller import Controller  # noqa: PLC0415
+    from orchestrator.run.controller import Controller  # noqa: PLC0415
     from orchestrator.experiment.model import ChurnAction  # noqa: PLC0415
 
     if action in (Verb.LEAVE, Verb.JOIN) and not topic:
@@ -390,9 +390,9 @@ def down(
     killed CLI too. Exits 1 naming what it could not remove (a stuck or absent
     Docker daemon included); the testbed stays recorded, so `down` retries.
     """
-    from orchestrator.runs import down_all, down_testbed  # noqa: PLC0415
+    from orchestrator.run.runs import down_all, down_testbed  # noqa: PLC0415
     from orchestrator.errors import TeardownIncomplete  # noqa: PLC0415
-    from orchestrator.state import check_name  # noqa: PLC0415
+    from orchestrator.records.state import check_name  # noqa: PLC0415
 
     if (name is None) == (not all_):
         raise InputError("give a testbed NAME or --all (not both)")

@@ -3,7 +3,7 @@ orchestrator (`testbed node --config FILE`). Frozen dataclasses so a node's
 configuration is a value that can be logged, compared and replayed.
 
 A node is a libp2p peer: its identity is derived from its experiment `index`
-(node/identity.py), peers are known by peer id (base58 text in the file), and
+(node/libp2p/identity.py), peers are known by peer id (base58 text in the file), and
 `peer_names` gives the experiment's names for the peers it may meet, so that
 status and the control endpoint keep speaking names."""
 
@@ -16,8 +16,8 @@ from typing import Any
 
 from node.dilation import DilatedClock
 from node.engine.authenticity import STRICT, Authenticity
-from node.identity import Identity, ed25519_seed_for_index, identity_for_index, peer_id_from_b58
-from node.wire import FROM_SEQNO
+from node.libp2p.identity import Identity, ed25519_seed_for_index, identity_for_index, peer_id_from_b58
+from node.wire.rpc import FROM_SEQNO
 
 
 SECURITY_PROTOCOLS = ("noise", "plaintext")
@@ -69,7 +69,7 @@ class NodeConfig:
     # Added for the trio runtime (node/runtime); all optional.
     uplink_bps: int | None = None  # user-space uplink shared by every peer (serialization delay)
     lag_path: str = ""  # event-loop lag JSON; "" means <trace_path>.lag.json
-    scores_path: str = ""  # per-heartbeat peer scores (node/scorefile.py); "" records none
+    scores_path: str = ""  # per-heartbeat peer scores (node/trace/scores.py); "" records none
     dial_backoff_ms: int = 50  # first redial delay, doubled per failure ...
     dial_backoff_max_ms: int = 2000  # ... up to this cap
     handshake_timeout_ms: int = 5000

@@ -6,7 +6,7 @@ NSDI 2008): a small host runs a network as if it had k times its cores.
 
 Everything the protocol sees is slowed together. The orchestrator gives the
 links k times their latency and jitter and 1/k of their rate, and the
-workload and churn k times their spacing (orchestrator/wallclock.py); a
+workload and churn k times their spacing (orchestrator/run/wallclock.py); a
 router's timers (its heartbeat) run k times slower; and every timestamp a
 router or the orchestrator records is on the experiment's clock,
 `epoch + (wall - epoch) / k`, with one epoch for the whole run (its t0). So

@@ -19,9 +19,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from orchestrator.docker_util import cache_dir
-from orchestrator.image_base import build_context, image_or_none, resolve_base
-from orchestrator.image_rust import target_dir, toolchain_problem
+from orchestrator.dockerapi.client import cache_dir
+from orchestrator.images.base import build_context, image_or_none, resolve_base
+from orchestrator.images.rust import target_dir, toolchain_problem
 from orchestrator.progress import Reporter
 
 CRATE = Path(__file__).resolve().parent / "contract-node"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.docker_util import docker_available
+from orchestrator.dockerapi.client import docker_available
 
 _OK, _WHY = docker_available()
 needs_docker = pytest.mark.skipif(not _OK, reason=f"no Docker daemon: {_WHY}")
@@ -87,7 +87,7 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1) -> bool:
 def node_image() -> str:
     if not _OK:
         pytest.skip(f"no Docker daemon: {_WHY}")
-    from orchestrator.image import ensure_image
+    from orchestrator.images.router import ensure_image
 
     return ensure_image()
 
@@ -95,9 +95,9 @@ def node_image() -> str:
 @pytest.fixture
 def docker_backends(node_image: str, tmp_path: Path) -> Iterator:
     """make(nodes_or_None, **kw) -> DockerBackend; every testbed made is cleaned up."""
-    from orchestrator.backend import BackendContext
-    from orchestrator.docker_backend import DockerBackend
-    from orchestrator.state import StateStore
+    from orchestrator.backends.api import BackendContext
+    from orchestrator.backends.docker.backend import DockerBackend
+    from orchestrator.records.state import StateStore
 
     made: list[tuple[str, str | None]] = []  # (testbed, the TESTBED_STATE_DIR it was made under)
 
@@ -128,7 +128,7 @@ def docker_backends(node_image: str, tmp_path: Path) -> Iterator:
 def sink_config(backend, node: str, addresses, peers=()):
     """A floodsub node whose libp2p identity is its position in `addresses`."""
     from node.config import NodeConfig, PeerAddress
-    from node.identity import identity_for_index
+    from node.libp2p.identity import identity_for_index
 
     index = {name: i for i, name in enumerate(addresses)}
     pid = {name: identity_for_index(i).peer_id_b58 for name, i in index.items()}

@@ -34,8 +34,8 @@ from typing import Any
 
 from node.engine import Output, TraceEvent, TraceType, make_router
 from node.engine.registry import negotiate
-from node.tracefile import TraceWriter, rpc_event
-from node.wire import Control, Graft, IDontWant, IHave, IWant, Message, MessageId, PeerId, Prune, Rpc, SubOpts
+from node.trace.file import TraceWriter, rpc_event
+from node.wire.rpc import Control, Graft, IDontWant, IHave, IWant, Message, MessageId, PeerId, Prune, Rpc, SubOpts
 
 MS = 1_000_000
 S = 1_000_000_000

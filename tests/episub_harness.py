@@ -24,7 +24,7 @@ from typing import Any
 
 from node.engine import Output, TraceEvent, TraceType, make_router
 from node.engine.episub import EPISUB_ID, EpisubRouter, EpisubRpc
-from node.wire import MessageId
+from node.wire.rpc import MessageId
 
 MS = 1_000_000
 S = 1_000_000_000

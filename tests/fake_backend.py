@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 from node.config import LinkShape, NodeConfig
 from node.runtime.client import ControlClient
-from orchestrator.backend import Capabilities, ShapingCapabilities
-from orchestrator.process_backend import ProcessBackend
+from orchestrator.backends.api import Capabilities, ShapingCapabilities
+from orchestrator.backends.process.backend import ProcessBackend
 
 
 class FakeBackend(ProcessBackend):
@@ -30,7 +30,7 @@ class FakeBackend(ProcessBackend):
 class StuckStopBackend(ProcessBackend):
     """Its first stop ends the routers and then finds them still listed as
     running, as Docker 20.10 does when its libnetwork deadlocks on many
-    exits (orchestrator/docker_stop.py): TeardownIncomplete. Later stops are
+    exits (orchestrator/backends/docker/stop.py): TeardownIncomplete. Later stops are
     the process backend's, as after a daemon restart."""
 
     name = "stuck"

@@ -27,8 +27,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator import delayline, iptables, own_bridge
-from orchestrator.docker_util import LABEL_STATE
+from orchestrator.shaping import delayline
+
+from orchestrator.host import iptables
+
+from orchestrator.backends.docker import own_bridge
+from orchestrator.dockerapi.client import LABEL_STATE
 
 TESTBED = Path(sys.executable).parent / "testbed"
 COMMANDS = ("up", "run", "down")

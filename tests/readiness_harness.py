@@ -71,10 +71,10 @@ def readiness_tries(nodes: int, tries: int, work: Path, report=print) -> list[Re
     """`tries` runs of `nodes` containers in a row, each made to fail at
     readiness; TESTBED_STATE_DIR is set per try (and restored)."""
     from cli.postrun import plan_runs  # noqa: PLC0415 - needs the project importable
-    from orchestrator.controller import Controller  # noqa: PLC0415
-    from orchestrator.docker_backend import DockerBackend  # noqa: PLC0415
+    from orchestrator.run.controller import Controller  # noqa: PLC0415
+    from orchestrator.backends.docker.backend import DockerBackend  # noqa: PLC0415
     from orchestrator.errors import TestbedError  # noqa: PLC0415
-    from orchestrator.runs import run_experiment  # noqa: PLC0415
+    from orchestrator.run.runs import run_experiment  # noqa: PLC0415
 
     saved_env = os.environ.get("TESTBED_STATE_DIR")
     start_many, down = DockerBackend.start_many, Controller.down

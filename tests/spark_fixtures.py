@@ -18,10 +18,10 @@ import pytest
 import yaml
 from google.protobuf import json_format
 
-from node.codec import encode_frame
+from node.wire.codec import encode_frame
 from node.engine.api import TraceEvent, TraceType
-from node.tracefile import MAX_TRACE_EVENT, to_proto
-from node.wire import Control, Graft, IHave, IWant, Message, Prune, Rpc, seqno_bytes
+from node.trace.file import MAX_TRACE_EVENT, to_proto
+from node.wire.rpc import Control, Graft, IHave, IWant, Message, Prune, Rpc, seqno_bytes
 
 MS = 1_000_000
 TOPIC = "t"

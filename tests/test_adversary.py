@@ -11,7 +11,7 @@ from node.engine import TraceType
 from node.engine.adversary import (
     Censor, Covert, Degrade, Eclipse, GraftDuringBackoff, IHaveFlood, IWantFlood, Sybil,
 )
-from node.wire import Control, Prune, Rpc
+from node.wire.rpc import Control, Prune, Rpc
 from tests.engine_harness import S, Network
 
 T = "t"

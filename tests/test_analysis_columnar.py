@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis import ingest
-from node.codec import encode_uvarint
+from node.wire.codec import encode_uvarint
 from node.proto import trace_pb2
 
 QUICK = Path(__file__).parent / "fixtures" / "analysis_before" / "quick" / "traces"

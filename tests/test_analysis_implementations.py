@@ -18,8 +18,8 @@ import analysis
 from analysis.implementations import declared, per_implementation
 from analysis.ingest import iter_events
 from analysis.report.tables import implementations as implementation_rows
-from node.codec import encode_uvarint
-from node.trace_vocab import DELIVER, DUPLICATE, PUBLISH
+from node.wire.codec import encode_uvarint
+from node.trace.vocab import DELIVER, DUPLICATE, PUBLISH
 from tests.spark_fixtures import requires_java
 from tests.spark_fixtures import spark  # noqa: F401
 

@@ -21,7 +21,7 @@ from analysis.metrics import (
     subscription_intervals,
 )
 from analysis.ingest import reference_table
-from node.trace_vocab import DELIVER, PUBLISH, RECV_RPC, SEND_RPC
+from node.trace.vocab import DELIVER, PUBLISH, RECV_RPC, SEND_RPC
 from tests.spark_fixtures import M1, M2, M3, M4, M5, RunBuilder, mid, msg, requires_java, worked_example
 from tests.spark_fixtures import spark  # noqa: F401
 

@@ -17,7 +17,7 @@ import pytest
 import analysis
 from analysis.ingest import iter_events
 from analysis.spread import first_delivery_tree
-from node.trace_vocab import DELIVER, GRAFT, PRUNE, PUBLISH, REMOVE_PEER
+from node.trace.vocab import DELIVER, GRAFT, PRUNE, PUBLISH, REMOVE_PEER
 from tests.spark_fixtures import requires_java
 from tests.spark_fixtures import spark  # noqa: F401
 

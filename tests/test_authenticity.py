@@ -22,9 +22,9 @@ from node.engine.authenticity import (
     check_combination,
     signature_valid,
 )
-from node.identity import KEY_RSA, encode_public_key, identity_for_index, peer_id_from_public_key, verify
+from node.libp2p.identity import KEY_RSA, encode_public_key, identity_for_index, peer_id_from_public_key, verify
 from node.proto import rpc_pb2
-from node.wire import (
+from node.wire.rpc import (
     FIRST_8_BYTES,
     FROM_SEQNO,
     Message,

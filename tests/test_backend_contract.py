@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import backends
-from orchestrator.backend import Backend
+from orchestrator.backends import registry as backends
+from orchestrator.backends.api import Backend
 from orchestrator.errors import InputError
-from orchestrator.process_backend import ProcessBackend
-from orchestrator.state import StateStore
+from orchestrator.backends.process.backend import ProcessBackend
+from orchestrator.records.state import StateStore
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTBED = str(Path(sys.executable).with_name("testbed"))
@@ -48,7 +48,7 @@ def env(tmp_path):
 
 
 def test_the_controller_never_names_a_backend():
-    for module in ("controller", "readiness", "workload", "manifest", "runs"):
+    for module in ("run/controller", "run/readiness", "run/workload", "records/manifest", "run/runs"):
         text = (ROOT / "orchestrator" / f"{module}.py").read_text()
         for name in ("process", "docker"):
             assert f'"{name}"' not in text and f"'{name}'" not in text, (module, name)
@@ -89,7 +89,7 @@ def test_churn_a_backend_cannot_do_is_refused_before_anything_starts(env, tmp_pa
 
 def test_registry_rejects_what_is_not_a_backend(monkeypatch):
     monkeypatch.setattr(backends, "BACKENDS", dict(backends.BACKENDS))
-    backends.register_backend("notone", "orchestrator.state:StateStore")
+    backends.register_backend("notone", "orchestrator.records.state:StateStore")
     with pytest.raises(InputError, match="is not a Backend"):
         backends.backend_class("notone")
     with pytest.raises(InputError, match="expected NAME=package.module:Class"):

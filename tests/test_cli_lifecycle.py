@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.process_backend import ProcessBackend, proc_alive, proc_cmdline
-from orchestrator.state import StateStore
+from orchestrator.backends.process.backend import ProcessBackend, proc_alive, proc_cmdline
+from orchestrator.records.state import StateStore
 
 TESTBED = str(Path(sys.executable).with_name("testbed"))
 

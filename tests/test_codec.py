@@ -1,4 +1,4 @@
-"""uvarint-length-prefixed frames (node/codec.py): round trips in any
+"""uvarint-length-prefixed frames (node/wire/codec.py): round trips in any
 chunking, the 1 MiB limit, and one error type for anything malformed."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.codec import (
+from node.wire.codec import (
     DEFAULT_MAX_FRAME,
     FrameDecoder,
     FrameError,

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from node.tracefile import read_trace
-from node.trace_vocab import TraceType
-from orchestrator.image_rust import toolchain_problem
+from node.trace.file import read_trace
+from node.trace.vocab import TraceType
+from orchestrator.images.rust import toolchain_problem
 from tests.docker_fixtures import *  # noqa: F403
 from tests.docker_fixtures import needs_docker
 

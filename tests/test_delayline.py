@@ -1,5 +1,5 @@
-"""The delay line (orchestrator/delayline.py and its native process,
-orchestrator/native/delayline): the table it is given, how teardown finds
+"""The delay line (orchestrator/shaping/delayline.py and its native process,
+orchestrator/shaping/native/delayline): the table it is given, how teardown finds
 it, and, where this host can run it (root, NFQUEUE, the built binary), what
 it does to real packets between two network namespaces on a bridge: ping's
 round trip is the delay asked for one direction, a reload changes it in
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from node.config import LinkShape
-from orchestrator import delayline, iptables
+from orchestrator.shaping import delayline
+from orchestrator.host import iptables
 
 
 def test_a_rule_is_one_table_line_in_microseconds_and_ppm():

@@ -1,4 +1,4 @@
-"""Time dilation (node/dilation.py, orchestrator/wallclock.py): an experiment
+"""Time dilation (node/dilation.py, orchestrator/run/wallclock.py): an experiment
 run k times slower on the wall clock, recorded on its own clock. The
 arithmetic, what the wall clock runs, the file's checks as the installed
 command reports them, and a whole run on the process backend."""
@@ -16,7 +16,7 @@ import pytest
 from node.config import NodeConfig
 from node.dilation import DilatedClock
 from orchestrator.experiment.spec import parse_experiment, resolved_to_yaml
-from orchestrator.wallclock import on_wall_clock
+from orchestrator.run.wallclock import on_wall_clock
 from tests.spark_fixtures import requires_java
 from tests.test_exit_codes import cli
 

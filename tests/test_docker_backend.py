@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from node.config import LinkShape
-from orchestrator.backend import BackendContext
-from orchestrator import own_bridge
-from orchestrator.docker_util import LABEL_IP, LABEL_NODE, LABEL_RUN, LABEL_TESTBED
-from orchestrator.docker_wiring import DOCKER_NETWORK, OWN_BRIDGE
-from orchestrator.state import StateStore
+from orchestrator.backends.api import BackendContext
+from orchestrator.backends.docker import own_bridge
+from orchestrator.dockerapi.client import LABEL_IP, LABEL_NODE, LABEL_RUN, LABEL_TESTBED
+from orchestrator.backends.docker.wiring import DOCKER_NETWORK, OWN_BRIDGE
+from orchestrator.records.state import StateStore
 from tests.docker_fixtures import (  # noqa: F401 - fixtures
     SEND,
     SINK_ENTRYPOINT,
@@ -81,7 +81,7 @@ def _up(backend, nodes, peers=None):
 
 
 def test_docker_available_answers():
-    from orchestrator.docker_backend import docker_available
+    from orchestrator.backends.docker.backend import docker_available
 
     ok, why = docker_available()
     assert ok and why.startswith("Docker ")
@@ -172,7 +172,7 @@ def test_stopping_many_gives_every_router_sigterm_and_waits_for_docker(docker_ba
     nodes = ["a", "b", "c", "d"]
     _up(backend, nodes)
     if network == OWN_BRIDGE:  # no kill call through Docker: the host signals each init itself
-        from orchestrator import docker_stop
+        from orchestrator.backends.docker import stop as docker_stop
 
         monkeypatch.setattr(docker_stop, "_signal", lambda *a: pytest.fail(f"a kill through Docker: {a[1:]}"))
     assert backend.stop_many(nodes) == {}
@@ -281,8 +281,8 @@ def test_cleanup_after_a_crash_from_a_fresh_process(docker_backends):
     del backend  # the Python objects are gone, as if the CLI was killed
     assert len(_docker_ls("container", name)) == 2
     code = (
-        "import json,sys; from orchestrator.docker_backend import DockerBackend; "
-        "from orchestrator.state import StateStore; "
+        "import json,sys; from orchestrator.backends.docker.backend import DockerBackend; "
+        "from orchestrator.records.state import StateStore; "
         f"print(json.dumps(DockerBackend.cleanup({name!r}, StateStore())))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -322,8 +322,8 @@ def test_prepare_refuses_a_live_testbed_of_the_same_name(docker_backends):
 
 
 def test_unreachable_daemon_is_one_clear_error(monkeypatch, tmp_path):
-    from orchestrator.docker_backend import DockerBackend
-    from orchestrator.docker_util import docker_available
+    from orchestrator.backends.docker.backend import DockerBackend
+    from orchestrator.dockerapi.client import docker_available
     from orchestrator.errors import BackendUnavailable
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
@@ -334,7 +334,7 @@ def test_unreachable_daemon_is_one_clear_error(monkeypatch, tmp_path):
 
 
 def test_capabilities_shape():
-    from orchestrator.docker_netns import kernel_capabilities as _capabilities
+    from orchestrator.backends.docker.netns import kernel_capabilities as _capabilities
 
     caps = _capabilities()
     assert caps.path in ("netem", "delayline+htb", "userspace+htb", "userspace")
@@ -343,7 +343,7 @@ def test_capabilities_shape():
 
 
 def test_cleanup_all_is_scoped_to_the_state_dir(docker_backends, tmp_path, monkeypatch):
-    from orchestrator.docker_backend import DockerBackend
+    from orchestrator.backends.docker.backend import DockerBackend
 
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state-a"))
     mine = docker_backends(unique_testbed("mine"), entrypoint=SINK_ENTRYPOINT)

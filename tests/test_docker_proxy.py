@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 
 from node.config import LinkShape
-from node.runtime.stream_shaper import RTO_MIN_S
-from orchestrator.docker_proxy import (
+from node.shaping.stream import RTO_MIN_S
+from orchestrator.shaping.proxy import (
     CHAIN_OUT,
     INBOUND_PORT,
     LABEL_PROXY_FOR,
     ProxyShapes,
     shape_foreign,
 )
-from orchestrator.docker_backend import LISTEN_PORT
-from orchestrator.docker_util import LABEL_TESTBED
+from orchestrator.backends.docker.backend import LISTEN_PORT
+from orchestrator.dockerapi.client import LABEL_TESTBED
 from tests.docker_fixtures import (  # noqa: F401 - fixtures
     docker_backends,
     needs_docker,

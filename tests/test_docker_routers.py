@@ -10,10 +10,10 @@ import time
 import pytest
 
 from node.config import NodeConfig, PeerAddress
-from node.identity import identity_for_index
+from node.libp2p.identity import identity_for_index
 from node.proto import trace_pb2
 from node.runtime.client import ControlClient
-from node.tracefile import read_trace
+from node.trace.file import read_trace
 from tests.docker_fixtures import docker_backends, needs_docker, needs_root, node_image, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, needs_docker]

@@ -1,4 +1,4 @@
-"""stop_all (orchestrator/docker_stop.py) against a fake engine: every
+"""stop_all (orchestrator/backends/docker/stop.py) against a fake engine: every
 container gets SIGTERM before any wait, one grace period covers all of them,
 SIGKILL only for those still running after it, paused ones are unpaused
 first, and what cannot be stopped is named; with root, a container's init
@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from orchestrator import docker_stop
-from orchestrator.docker_stop import only_child, stop_all
+from orchestrator.backends.docker import stop as docker_stop
+from orchestrator.backends.docker.stop import only_child, stop_all
 from orchestrator.errors import TeardownIncomplete
 
 FLT = {"label": "gossip-testbed.testbed=t"}

@@ -30,8 +30,9 @@ from tests.docker_fixtures import (  # noqa: F401 - fixtures
     unique_testbed,
     wait_for,
 )
-from orchestrator import iptables, own_bridge
-from orchestrator.docker_wiring import DOCKER_NETWORK, ENV, OWN_BRIDGE
+from orchestrator.host import iptables
+from orchestrator.backends.docker import own_bridge
+from orchestrator.backends.docker.wiring import DOCKER_NETWORK, ENV, OWN_BRIDGE
 from tests.kill_harness import host_side, labelled, live_netns, records, netns_keys
 from tests.readiness_harness import experiment_text, readiness_tries
 
@@ -74,8 +75,8 @@ def test_two_readiness_timeouts_in_a_row_with_thirty_containers_leave_nothing(tm
 
 def test_an_exception_in_the_workload_tears_down(tmp_path, monkeypatch, node_image):
     from cli.postrun import plan_runs
-    from orchestrator.controller import Controller
-    from orchestrator.runs import run_experiment
+    from orchestrator.run.controller import Controller
+    from orchestrator.run.runs import run_experiment
 
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
 
@@ -117,9 +118,9 @@ def test_a_signalled_run_tears_down_before_it_exits(tmp_path, sig, code, node_im
 
 
 def test_down_keeps_the_record_and_names_the_command_when_something_stays(tmp_path, monkeypatch, capsys):
-    from orchestrator.docker_backend import DockerBackend
+    from orchestrator.backends.docker.backend import DockerBackend
     from orchestrator.errors import TeardownIncomplete
-    from orchestrator.state import StateStore
+    from orchestrator.records.state import StateStore
     from tests.cli_helpers import run_cli
 
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
@@ -230,7 +231,7 @@ def test_a_container_touches_only_its_own_node_directory(docker_backends):
         assert mounts.pop("/etc/hosts") == (str(backend.run_dir / "nodes" / "hosts"), False)
         assert mounts.pop("/etc/resolv.conf") == (str(backend.run_dir / "nodes" / "resolv.conf"), False)
     # the rest: the router image's own code and libraries, unpacked once on the
-    # host and shared read-only by its containers (orchestrator/image_tree.py)
+    # host and shared read-only by its containers (orchestrator/images/tree.py)
     assert mounts == {bind["bind"]: (source, False) for source, bind in backend._shared.items()}
     uid = int(container.attrs["Config"]["User"].split(":")[0])
     assert uid != 0

@@ -1,4 +1,4 @@
-"""The teardown rules (orchestrator.docker_teardown) against a scripted
+"""The teardown rules (orchestrator.backends.docker.teardown) against a scripted
 stand-in for the Docker SDK: the failures that matter (stale endpoints,
 "has active endpoints" on an empty network, a foreign container on our
 network) cannot be produced on demand by a real daemon."""
@@ -11,7 +11,7 @@ import time
 import docker.errors
 import pytest
 
-from orchestrator.docker_teardown import (
+from orchestrator.backends.docker.teardown import (
     DAEMON_RESTART,
     NETWORK_BACKOFF_S,
     PARALLEL,
@@ -20,7 +20,7 @@ from orchestrator.docker_teardown import (
     bounded,
     teardown,
 )
-from orchestrator.docker_util import LABEL, LABEL_STATE, LABEL_TESTBED
+from orchestrator.dockerapi.client import LABEL, LABEL_STATE, LABEL_TESTBED
 from orchestrator.errors import TeardownIncomplete
 
 STATE = "/state/a"
@@ -274,7 +274,7 @@ def test_node_directory_config_and_a_trace_path_outside_the_run_directory(tmp_pa
     import dataclasses
 
     from node.config import NodeConfig
-    from orchestrator import docker_nodedir
+    from orchestrator.backends.docker import nodedir as docker_nodedir
     from orchestrator.errors import InputError
 
     cfg = NodeConfig(name="a", index=0, router="floodsub", seed=1, listen_host="10.0.0.2", listen_port=4001,

@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 import requests.exceptions
 
-from orchestrator import iptables, own_bridge
-from orchestrator.docker_network import host_routes
-from orchestrator.state import StateStore
+from orchestrator.host import iptables
+
+from orchestrator.backends.docker import own_bridge
+from orchestrator.backends.docker.network import host_routes
+from orchestrator.records.state import StateStore
 
 TESTBED = str(Path(sys.executable).with_name("testbed"))
 PING_BOUND_S = 60  # a stuck daemon is given up on in seconds, not the SDK's 120 s per call
@@ -141,7 +143,7 @@ class HangingNetworks:
 
 
 def test_a_call_the_daemon_never_answers_ends_the_cleanup_as_teardown_incomplete(monkeypatch, tmp_path):
-    from orchestrator import docker_teardown
+    from orchestrator.backends.docker import teardown as docker_teardown
     from orchestrator.errors import TeardownIncomplete
 
     timeout = requests.exceptions.ReadTimeout("UnixHTTPConnectionPool(host='localhost'): Read timed out.")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import requests.exceptions
 
-from orchestrator.docker_util import start_or_explain
+from orchestrator.dockerapi.client import start_or_explain
 from orchestrator.errors import BackendUnavailable
 
 

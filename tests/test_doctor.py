@@ -15,12 +15,14 @@ from pathlib import Path
 import docker.errors
 import pytest
 
-from orchestrator import delayline, tc
+from orchestrator.shaping import delayline
+
+from orchestrator.shaping import tc
 from orchestrator.doctor import Host, HostFacts, assess
 from orchestrator.doctor import facts as F
 from orchestrator.doctor.budget import router_budget
 from orchestrator.doctor.lockcheck import drift, lock_pins
-from orchestrator.image import IMAGE_REPO, SLIM, ImageStatus
+from orchestrator.images.router import IMAGE_REPO, SLIM, ImageStatus
 
 TESTBED = Path(sys.executable).parent / "testbed"
 
@@ -47,7 +49,7 @@ def _kernel_has_netem() -> bool | None:
 
 
 def _docker_answers() -> bool:
-    from orchestrator.docker_util import docker_available  # noqa: PLC0415
+    from orchestrator.dockerapi.client import docker_available  # noqa: PLC0415
 
     return docker_available()[0]
 
@@ -86,7 +88,7 @@ def test_findings_match_this_machine(doctor_json):
         assert "netem yes" in checks["kernel shaping"]["found"]
     assert checks["environment"]["status"] == "ok", checks["environment"]["found"]
     if _docker_answers():
-        from orchestrator.docker_util import docker_client  # noqa: PLC0415
+        from orchestrator.dockerapi.client import docker_client  # noqa: PLC0415
 
         driver = docker_client().info()["Driver"]
         assert checks["docker storage"]["found"].startswith(f"storage driver {driver}")

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from node import episub_wire as m
-from node.episub_wire import decode_episub_rpc, encode_episub_rpc
+from node.wire import episub as m
+from node.wire.episub import decode_episub_rpc, encode_episub_rpc
 from node.proto import episub_pb2
-from node.trace_vocab import TraceType
-from node.tracefile import TraceWriter, read_trace, rpc_event
-from node.wire import FIRST_8_BYTES, Message, WireError, rpc_size
+from node.trace.vocab import TraceType
+from node.trace.file import TraceWriter, read_trace, rpc_event
+from node.wire.rpc import FIRST_8_BYTES, Message, WireError, rpc_size
 
 MSG = Message(b"origin", b"\x00\x00\x00\x00\x00\x00\x00\x07payload", (7).to_bytes(8, "big"), "t")
 EVERY_MESSAGE = (

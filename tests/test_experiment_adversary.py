@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run_cli
-from node.trace_vocab import DROP_RPC
-from node.tracefile import read_trace
+from node.trace.vocab import DROP_RPC
+from node.trace.file import read_trace
 from orchestrator.experiment.spec import load_experiment
 
 TESTBED = Path(sys.executable).with_name("testbed")

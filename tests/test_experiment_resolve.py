@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import graphs
+from orchestrator.experiment import graphs
 from orchestrator.errors import InputError
 from orchestrator.experiment.spec import load_experiment, parse_experiment, resolved_to_yaml
 

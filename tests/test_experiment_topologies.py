@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
-from orchestrator import graphs
+from orchestrator.experiment import graphs
 from orchestrator.experiment.spec import experiment_json_schema, load_experiment, parse_experiment, resolved_to_yaml
 
 ROOT = Path(__file__).resolve().parents[1]

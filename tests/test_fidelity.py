@@ -1,5 +1,5 @@
 """The fidelity figures (analysis/fidelity.py) from router-cpu.json samples
-(orchestrator/router_cpu.py): rest and per-delivery CPU are separated, a
+(orchestrator/records/router_cpu.py): rest and per-delivery CPU are separated, a
 restarted router's window is left out, and the budget follows the host's
 cores; plus the /proc reader on a live process."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis.fidelity import FAITHFUL_SHARE, fidelity
-from orchestrator.router_cpu import FILE, proc_cpu_seconds, read_samples, record_sample
+from orchestrator.records.router_cpu import FILE, proc_cpu_seconds, read_samples, record_sample
 
 S = 1_000_000_000
 

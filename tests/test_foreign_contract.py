@@ -18,17 +18,17 @@ import pytest
 import trio
 import yaml
 
-from node.go_params import from_go, go_gossipsub_params
-from node.identity import identity_for_index
-from node.interop import NdjsonTrace, contract_config, hostname_index, rfc3339, serve
-from node.interop_trace import convert, message_id_bytes, parse_time
-from node.tracefile import read_trace
-from node.trace_vocab import TraceType
+from node.interop.go_params import from_go, go_gossipsub_params
+from node.libp2p.identity import identity_for_index
+from node.interop.contract import NdjsonTrace, contract_config, hostname_index, rfc3339, serve
+from node.trace.interop import convert, message_id_bytes, parse_time
+from node.trace.file import read_trace
+from node.trace.vocab import TraceType
 from orchestrator.experiment.dump import resolved_to_yaml
 from orchestrator.experiment.spec import load_experiment
-from orchestrator.foreign import implementation, trace_events
-from orchestrator.interop_script import node_script, publish_instructions, wait_seconds
-from orchestrator.nodeconfigs import dials
+from orchestrator.routers.kinds import implementation, trace_events
+from orchestrator.routers.interop_script import node_script, publish_instructions, wait_seconds
+from orchestrator.routers.nodeconfigs import dials
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTBED = str(ROOT / ".venv" / "bin" / "testbed")
@@ -224,7 +224,7 @@ def test_converter_extension_lines_and_restart(tmp_path):
     from io import StringIO
 
     from node.engine.api import TraceEvent
-    from node.wire import Rpc
+    from node.wire.rpc import Rpc
 
     me, peer = identity_for_index(2), identity_for_index(5)
     buf = StringIO()
@@ -291,7 +291,7 @@ def test_converter_takes_the_bare_minimum_of_the_contract(tmp_path):
 
 
 def test_workload_bounds_keep_the_scripts_start():
-    from orchestrator.foreign_nodes import workload_bounds
+    from orchestrator.routers.foreign_nodes import workload_bounds
 
     s = 1_000_000_000
     assert workload_bounds(None, 0, 50 * s, 8.0) == (50 * s, 58 * s, None)
@@ -307,7 +307,7 @@ def test_every_script_waits_until_the_run_is_over(tmp_path):
     collection), counted from that start; a restart's script likewise from
     its own start, its due publishes dropped; without a fixed end (`up`)
     the wait outlasts any run."""
-    from orchestrator.foreign_nodes import (DRAIN_S, LEAD_PER_NODE_S, RUN_TAIL_S, START_ALLOWANCE_S, UNTIL_DOWN_S,
+    from orchestrator.routers.foreign_nodes import (DRAIN_S, LEAD_PER_NODE_S, RUN_TAIL_S, START_ALLOWANCE_S, UNTIL_DOWN_S,
                                             before_start, planned_workload_t0, run_end_ns, write_pieces)
     churn = "churn: {timeline: [{at: 9s, action: kill, select: {nodes: [ours-2]}, for: 4s}]}\nlinger: 2s\n"
     resolved = load_experiment(write(tmp_path, MIXED + churn)).resolve(3)

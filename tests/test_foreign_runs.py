@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from node.tracefile import read_trace
-from node.trace_vocab import TraceType
+from node.trace.file import read_trace
+from node.trace.vocab import TraceType
 from orchestrator.experiment.spec import parse_experiment
-from orchestrator.process_backend import ProcessBackend
-from orchestrator.runs import run_experiment
-from orchestrator.state import StateStore
+from orchestrator.backends.process.backend import ProcessBackend
+from orchestrator.run.runs import run_experiment
+from orchestrator.records.state import StateStore
 from tests.contract_standin import STANDIN, build_standin_image, register_standin
 from tests.docker_fixtures import *  # noqa: F403
 from tests.docker_fixtures import needs_docker

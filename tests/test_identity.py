@@ -1,4 +1,4 @@
-"""node.identity: test-plans key derivation, peer ids against published values,
+"""node.libp2p.identity: test-plans key derivation, peer ids against published values,
 base58/multihash round trips, and signatures for every key type libp2p lists."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from node.identity import (
+from node.libp2p.identity import (
     KEY_ECDSA,
     KEY_ED25519,
     KEY_RSA,

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from orchestrator import image as image_mod
-from orchestrator import image_base
+from orchestrator.images import router as image_mod
+from orchestrator.images import base as image_base
 from tests.docker_fixtures import needs_docker, node_image  # noqa: F401 - fixture
 
 
@@ -110,7 +110,7 @@ def test_the_rust_adapter_is_compiled_again_for_other_sources(tmp_path, monkeypa
     target directory: when the last build's sources differ from this
     checkout's, the adapter's fingerprints go (cargo compiles it again);
     when they are the same, they stay."""
-    from orchestrator import image_rust
+    from orchestrator.images import rust as image_rust
 
     monkeypatch.setenv("TESTBED_CACHE_DIR", str(tmp_path))
     fingerprint = image_rust.target_dir() / "release" / ".fingerprint" / "gossip-testbed-rust-adapter-0123"

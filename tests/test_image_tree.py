@@ -1,5 +1,5 @@
 """The router image's code and libraries unpacked once on the host
-(orchestrator/image_tree.py): the bytes are the image's, a second call reuses
+(orchestrator/images/tree.py): the bytes are the image's, a second call reuses
 them, and nothing is mounted where it is switched off."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import hashlib
 import io
 import tarfile
 
-from orchestrator.docker_util import docker_client
-from orchestrator.image import ensure_image
-from orchestrator.image_tree import SHARED_DIRS, TREES, _ChunkReader, image_tree, shared_binds
+from orchestrator.dockerapi.client import docker_client
+from orchestrator.images.router import ensure_image
+from orchestrator.images.tree import SHARED_DIRS, TREES, _ChunkReader, image_tree, shared_binds
 from orchestrator.progress import Reporter
 from tests.docker_fixtures import needs_docker
 
@@ -38,12 +38,12 @@ def test_the_tree_holds_the_image_files_and_is_reused(monkeypatch, tmp_path):
         assert all((tree / d).is_dir() for d in SHARED_DIRS)
         container = client.containers.create(node_image, entrypoint=["/bin/true"], network_disabled=True)
         try:
-            chunks, _ = container.get_archive("/opt/testbed/app/node/identity.py")
+            chunks, _ = container.get_archive("/opt/testbed/app/node/libp2p/identity.py")
             with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
                 in_image = tar.extractfile("identity.py").read()
         finally:
             container.remove(force=True)
-        in_tree = (tree / "opt/testbed/app/node/identity.py").read_bytes()
+        in_tree = (tree / "opt/testbed/app/node/libp2p/identity.py").read_bytes()
         assert hashlib.sha256(in_tree).digest() == hashlib.sha256(in_image).digest()
         marker = tree / "opt" / ".seen"
         marker.touch()

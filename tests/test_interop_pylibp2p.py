@@ -28,14 +28,14 @@ import pytest
 
 from node.config import NodeConfig, PeerAddress
 from node.engine.api import TraceType
-from node.identity import identity_for_index
+from node.libp2p.identity import identity_for_index
 from node.runtime.client import ControlClient
-from node.tracefile import read_trace
+from node.trace.file import read_trace
 from orchestrator.experiment.model import LinkParams, NodeSpec, ResolvedExperiment
-from orchestrator.backend import BackendContext
-from orchestrator.nodeconfigs import build_configs
-from orchestrator.process_backend import ProcessBackend
-from orchestrator.state import StateStore
+from orchestrator.backends.api import BackendContext
+from orchestrator.routers.nodeconfigs import build_configs
+from orchestrator.backends.process.backend import ProcessBackend
+from orchestrator.records.state import StateStore
 from tests.pylibp2p_helpers import ADAPTER, PY, START_S, free_port, ndjson, pylibp2p_missing, shut_down, wait_for
 
 TOKEN = "interop"

@@ -1,4 +1,4 @@
-"""netem and htb under a real kernel: the commands orchestrator/tc.py generates
+"""netem and htb under a real kernel: the commands orchestrator/shaping/tc.py generates
 for one node, applied inside a qemu guest running Debian's stock kernel
 (which has sch_netem, unlike this host's), measured inside the guest.
 

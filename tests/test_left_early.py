@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.left_early import facts, warning
-from orchestrator.process_backend import proc_cmdline
+from orchestrator.run.left_early import facts, warning
+from orchestrator.backends.process.backend import proc_cmdline
 from tests.test_cli_lifecycle import env, experiment, router_pids, tb  # noqa: F401 - env is a fixture
 
 

@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from node.identity import identity_for_index
+from node.libp2p.identity import identity_for_index
 from node.libp2p import multistream, noise, plaintext, yamux
 from node.libp2p.bufstream import BufferedStream
 from node.libp2p.connection import upgrade

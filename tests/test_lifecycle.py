@@ -1,4 +1,4 @@
-"""The node lifecycle table (orchestrator/lifecycle.py) and the runners that
+"""The node lifecycle table (orchestrator/run/lifecycle.py) and the runners that
 read it: the resolver, the simulator, the controller and `testbed churn`
 settle the same questions the same way.
 
@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from node.config import LinkShape, NodeConfig
-from orchestrator.backend import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
-from orchestrator.controller import Controller
+from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
+from orchestrator.run.controller import Controller
 from orchestrator.errors import InputError
 from orchestrator.experiment.model import ChurnAction, LinkParams, NodeSpec, Publish, ResolvedExperiment
 from orchestrator.experiment.spec import parse_experiment
-from orchestrator.lifecycle import (
+from orchestrator.run.lifecycle import (
     PROCESS_TABLE,
     Call,
     Ineligible,
@@ -34,11 +34,11 @@ from orchestrator.lifecycle import (
     transition,
     why_not,
 )
-from orchestrator.nodestate import NodeState
-from orchestrator.sim_run import run_simulation
-from orchestrator.simulator import Simulator
-from orchestrator.state import StateStore
-from orchestrator.workload import publish
+from orchestrator.run.nodestate import NodeState
+from orchestrator.sim.run import run_simulation
+from orchestrator.sim.simulator import Simulator
+from orchestrator.records.state import StateStore
+from orchestrator.run.workload import publish
 
 RUNNING = NodeLife(Process.RUNNING, frozenset({"t"}))
 PAUSED = NodeLife(Process.PAUSED, frozenset({"t"}))

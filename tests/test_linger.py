@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backend import BackendContext
-from orchestrator.lifecycle import NodeLife, Process
-from orchestrator.nodestate import NodeState
-from orchestrator.process_backend import ProcessBackend
+from orchestrator.backends.api import BackendContext
+from orchestrator.run.lifecycle import NodeLife, Process
+from orchestrator.run.nodestate import NodeState
+from orchestrator.backends.process.backend import ProcessBackend
 from orchestrator.progress import Reporter
-from orchestrator.state import StateStore
-from orchestrator.workload import linger_until_quiet
+from orchestrator.records.state import StateStore
+from orchestrator.run.workload import linger_until_quiet
 from tests.test_process_backend import small_experiment, state_dir  # noqa: F401 - fixture
 
 
@@ -77,7 +77,7 @@ def test_unreachable_nodes_are_not_polled(tmp_path):
 
 @pytest.mark.slow
 def test_run_stops_once_quiet_not_at_the_bound(state_dir, tmp_path):  # noqa: F811 - fixture
-    from orchestrator.runs import run_experiment
+    from orchestrator.run.runs import run_experiment
 
     base = small_experiment(n=4, duration=1.0)
     resolved = dataclasses.replace(base, duration=1.0, linger=30.0, linger_auto=True)

@@ -1,4 +1,4 @@
-"""Room in the host's neighbour table (orchestrator/neighbours.py), on
+"""Room in the host's neighbour table (orchestrator/host/neighbours.py), on
 hand-made /proc files: the limits are raised to cover a testbed and never
 lowered, and the refusals are summed over every CPU."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import neighbours
+from orchestrator.host import neighbours
 
 ARP_CACHE = """\
 entries  allocs   destroys hash_grows lookups  hits     res_failed rcv_probes_mcast rcv_probes_ucast periodic_gc_runs forced_gc_runs unresolved_discards table_fulls

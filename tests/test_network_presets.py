@@ -12,8 +12,8 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from node.trace_vocab import TraceType
-from node.tracefile import read_trace
+from node.trace.vocab import TraceType
+from node.trace.file import read_trace
 from orchestrator.experiment.network_presets import TEST_PLANS
 from orchestrator.experiment.spec import load_experiment, parse_experiment, resolved_to_yaml
 from tests.test_simulator import simulate

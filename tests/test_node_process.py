@@ -15,7 +15,7 @@ from pathlib import Path
 from node.config import NodeConfig
 from node.engine.api import TraceType
 from node.runtime.client import ControlClient
-from node.tracefile import read_trace
+from node.trace.file import read_trace
 
 TESTBED = Path(sys.executable).with_name("testbed")
 

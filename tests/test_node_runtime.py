@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 import trio
 
-from node.codec import FrameDecoder, encode_frame, encode_uvarint
+from node.wire.codec import FrameDecoder, encode_frame, encode_uvarint
 from node.config import NodeConfig, PeerAddress
 from node.engine.api import TraceType
-from node.identity import INJECTOR_INDEX, identity_for_index, peer_id_to_b58
+from node.libp2p.identity import INJECTOR_INDEX, identity_for_index, peer_id_to_b58
 from node.libp2p import multistream, noise, yamux
 from node.libp2p.bufstream import BufferedStream
 from node.libp2p.connection import MuxedConnection, negotiate_inbound, negotiate_outbound, upgrade
 from node.runtime.control import handle
 from node.runtime.daemon import Node
-from node.tracefile import TraceWriter, read_trace
-from node.wire import Control, Graft, IHave, IWant, Message, Prune, Rpc, SubOpts, decode_rpc, encode_rpc
+from node.trace.file import TraceWriter, read_trace
+from node.wire.rpc import Control, Graft, IHave, IWant, Message, Prune, Rpc, SubOpts, decode_rpc, encode_rpc
 
 TOKEN = "secret-token"
 INDEX = {"n0": 0, "n1": 1, "n2": 2, "a": 10, "b": 11, "c": 12, "d": 13, "early": 14, "late": 15, "fast": 16}

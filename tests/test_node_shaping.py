@@ -10,9 +10,9 @@ import trio
 
 from node.config import LinkShape
 from node.engine.api import TraceType
-from node.identity import peer_id_to_b58
-from node.runtime.shaper import LinkShaper, Uplink
-from node.tracefile import read_trace
+from node.libp2p.identity import peer_id_to_b58
+from node.shaping.shaper import LinkShaper, Uplink
+from node.trace.file import read_trace
 from test_node_runtime import EVIL_ID, RawPeer, ctl, make_cfg, pid, running, wait_for
 
 
@@ -93,7 +93,7 @@ def test_full_queue_drops_and_traces_drop_rpc(tmp_path):
                 trio.open_nursery() as nursery:
             await fast.connect("127.0.0.1", a.listen_port, "a", True)
             slow = await RawPeer.connect(a, nursery, "/floodsub/1.0.0")
-            from node.wire import Rpc, SubOpts
+            from node.wire.rpc import Rpc, SubOpts
 
             await slow.send_rpc(Rpc(subscriptions=(SubOpts(True, "t"),)))
             await wait_for(lambda: len(a.engine.topic_peers("t")) == 2)
@@ -120,7 +120,7 @@ def test_a_stalled_peer_does_not_block_the_router(tmp_path):
                 trio.open_nursery() as nursery:
             await fast.connect("127.0.0.1", a.listen_port, "a", True)
             stalled = await RawPeer.connect(a, nursery, "/floodsub/1.0.0")
-            from node.wire import Rpc, SubOpts
+            from node.wire.rpc import Rpc, SubOpts
 
             await stalled.send_rpc(Rpc(subscriptions=(SubOpts(True, "t"),)))
             await wait_for(lambda: len(a.engine.topic_peers("t")) == 2)

@@ -1,4 +1,4 @@
-"""A testbed's own bridge (orchestrator/own_bridge.py), on real network
+"""A testbed's own bridge (orchestrator/backends/docker/own_bridge.py), on real network
 namespaces where the host gives root: two namespaces wired to it reach each
 other and the host, cutting one off (its veth pair deleted) stops that and
 wiring it again restores it, nothing is forwarded between the bridge and
@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import iptables, own_bridge
-from orchestrator.docker_network import host_routes
+from orchestrator.host import iptables
+
+from orchestrator.backends.docker import own_bridge
+from orchestrator.backends.docker.network import host_routes
 from orchestrator.errors import TestbedError
 
 

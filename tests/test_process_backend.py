@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from node.engine.api import TraceType
-from node.tracefile import read_trace
-from orchestrator.backend import BackendContext
+from node.trace.file import read_trace
+from orchestrator.backends.api import BackendContext
 from orchestrator.experiment.model import ChurnAction, LinkParams, NodeSpec, Publish, ResolvedExperiment
-from orchestrator.process_backend import ProcessBackend, node_host, proc_alive, proc_start_time, subnet_octet
-from orchestrator.state import StateStore
+from orchestrator.backends.process.backend import ProcessBackend, node_host, proc_alive, proc_start_time, subnet_octet
+from orchestrator.records.state import StateStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,7 +99,7 @@ def missing_deliveries(run_dir: Path, nodes: list[str], grace_ns: int = 500_000_
 
 @pytest.mark.slow
 def test_run_delivers_to_every_live_subscriber_and_keeps_every_trace(state_dir, tmp_path):
-    from orchestrator.runs import run_experiment
+    from orchestrator.run.runs import run_experiment
 
     churn = (
         ChurnAction(1.1, "kill", ("n2",)),
@@ -187,7 +187,7 @@ def test_cleanup_after_the_controller_is_sigkilled_mid_up(state_dir, tmp_path):
         import sys, time
         sys.path.insert(0, {str(ROOT / 'tests')!r})
         from test_process_backend import small_experiment
-        from orchestrator.controller import Controller
+        from orchestrator.run.controller import Controller
         ctl = Controller.create(small_experiment(n=6), None, "process", "killed", {str(tmp_path / 'run')!r})
         ctl.up(ready_timeout=60)
         print("UP", flush=True)

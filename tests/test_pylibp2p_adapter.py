@@ -28,18 +28,18 @@ from pathlib import Path
 import pytest
 import trio
 
-from node.codec import encode_frame
+from node.wire.codec import encode_frame
 from node.engine.api import TraceType
-from node.identity import identity_for_index
+from node.libp2p.identity import identity_for_index
 from node.libp2p.connection import negotiate_outbound, upgrade
 from node.runtime.client import ControlClient, ControlError
-from node.tracefile import read_trace
-from node.wire import workload_data
-from orchestrator.backend import BackendContext
+from node.trace.file import read_trace
+from node.wire.rpc import workload_data
+from orchestrator.backends.api import BackendContext
 from orchestrator.experiment.model import LinkParams, NodeSpec, ResolvedExperiment
-from orchestrator.nodeconfigs import build_configs
-from orchestrator.process_backend import ProcessBackend
-from orchestrator.state import StateStore
+from orchestrator.routers.nodeconfigs import build_configs
+from orchestrator.backends.process.backend import ProcessBackend
+from orchestrator.records.state import StateStore
 from tests.pylibp2p_helpers import ADAPTER_DIR, PY, START_S, ndjson, pylibp2p_missing, shut_down, wait_for
 
 TOKEN = "pyadapt"
@@ -81,7 +81,7 @@ def test_go_params_are_mapped_explicitly():
 
 
 def test_process_backend_command_names_the_fix(tmp_path, monkeypatch):
-    import orchestrator.image_pylibp2p as image_pylibp2p
+    import orchestrator.images.pylibp2p as image_pylibp2p
     from orchestrator.errors import BackendUnavailable
 
     monkeypatch.setattr(image_pylibp2p, "VENV", tmp_path / "absent")
@@ -390,8 +390,8 @@ def test_shutdown_is_graceful_and_our_traces_see_py_libp2p(delivered):
 @pytest.mark.docker
 @pytest.mark.slow
 def test_image_runs_the_adapter_and_answers_status(tmp_path):
-    from orchestrator.docker_util import docker_available, docker_client
-    from orchestrator.image_pylibp2p import build_pylibp2p_image
+    from orchestrator.dockerapi.client import docker_available, docker_client
+    from orchestrator.images.pylibp2p import build_pylibp2p_image
     from orchestrator.progress import Reporter
 
     ok, why = docker_available()

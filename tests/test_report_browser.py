@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import analysis
-from orchestrator.router_cpu import FILE
+from orchestrator.records.router_cpu import FILE
 from tests.report_browser import assert_looks_right, open_report, requires_chromium
 from tests.spark_fixtures import requires_java
 from tests.spark_fixtures import spark  # noqa: F401

@@ -1,6 +1,6 @@
 """gossipsub v1.1/v1.2 in the trio runtime over real TCP: multistream-select
 settles on the newest version both sides speak, and a scoring router writes
-its per-heartbeat score file (node/scorefile.py)."""
+its per-heartbeat score file (node/trace/scores.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import csv
 import trio
 
 from node.engine.api import MESHSUB_ID, MESHSUB_V12_ID
-from node.scorefile import COLUMNS
+from node.trace.scores import COLUMNS
 from test_node_runtime import make_cfg, pid, running, wait_for
 
 
@@ -42,7 +42,7 @@ def test_docker_node_writes_its_score_file_into_the_run_directory(tmp_path):
     import dataclasses
 
     from node.config import NodeConfig
-    from orchestrator import docker_nodedir
+    from orchestrator.backends.docker import nodedir as docker_nodedir
 
     run = tmp_path / "run"
     cfg = NodeConfig(name="a", index=0, router="gossipsub-v1.2", seed=1, listen_host="10.0.0.2", listen_port=4001,

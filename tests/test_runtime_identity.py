@@ -11,9 +11,9 @@ import trio
 
 from node.engine.api import TraceType
 from node.engine.authenticity import Authenticity
-from node.tracefile import read_trace
-from node.wire import Message, Rpc, SubOpts
-from node.identity import identity_for_index
+from node.trace.file import read_trace
+from node.wire.rpc import Message, Rpc, SubOpts
+from node.libp2p.identity import identity_for_index
 from test_node_runtime import EVIL, INDEX, RawPeer, ctl, make_cfg, running, wait_for
 
 RAW_PEER = identity_for_index(EVIL)

@@ -32,15 +32,15 @@ import pytest
 
 from node.config import NodeConfig
 from node.engine.api import TraceType
-from node.identity import identity_for_index, peer_id_from_b58
+from node.libp2p.identity import identity_for_index, peer_id_from_b58
 from node.runtime.client import ControlClient, ControlError
-from node.tracefile import read_trace
-from orchestrator.backend import BackendContext
+from node.trace.file import read_trace
+from orchestrator.backends.api import BackendContext
 from orchestrator.experiment.model import LinkParams, NodeSpec, ResolvedExperiment
-from orchestrator.image_rust import ROUTER, build_rust_adapter, build_rust_image, toolchain_problem
-from orchestrator.nodeconfigs import build_configs
-from orchestrator.process_backend import ProcessBackend
-from orchestrator.state import StateStore
+from orchestrator.images.rust import ROUTER, build_rust_adapter, build_rust_image, toolchain_problem
+from orchestrator.routers.nodeconfigs import build_configs
+from orchestrator.backends.process.backend import ProcessBackend
+from orchestrator.records.state import StateStore
 
 MISSING = toolchain_problem()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
@@ -265,7 +265,7 @@ def test_rust_adapter_with_our_router(tmp_path, monkeypatch, binary, authenticit
 @pytest.mark.docker
 def test_rust_adapter_image_runs(tmp_path):
     docker = pytest.importorskip("docker")
-    from orchestrator.docker_util import docker_client
+    from orchestrator.dockerapi.client import docker_client
 
     try:
         client = docker_client()

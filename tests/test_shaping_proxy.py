@@ -14,11 +14,11 @@ import trio
 import trio.testing
 
 from node.config import LinkShape
-from node.runtime.shaper import LinkShaper, Uplink
-from node.runtime.stream_shaper import MAX_RETRANSMITS, MSS_BYTES, RTO_MIN_S, GaveUp, StreamShaper
-from node.shaping_proxy import ProxyConfig, ShapingProxy, original_dst, serve
-from orchestrator.backend import ShapingCapabilities
-from orchestrator.docker_proxy import (
+from node.shaping.shaper import LinkShaper, Uplink
+from node.shaping.stream import MAX_RETRANSMITS, MSS_BYTES, RTO_MIN_S, GaveUp, StreamShaper
+from node.shaping.proxy import ProxyConfig, ShapingProxy, original_dst, serve
+from orchestrator.backends.api import ShapingCapabilities
+from orchestrator.shaping.proxy import (
     CHAIN_IN,
     CHAIN_OUT,
     ProxyInfo,

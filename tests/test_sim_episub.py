@@ -1,5 +1,5 @@
 """episub in the virtual-time simulator: its RPCs to peers it has no
-connection to open one (orchestrator/sim_dial.py), a dial to a dead node
+connection to open one (orchestrator/sim/dial.py), a dial to a dead node
 fails back to the engine, proximity comes from the link model's latency,
 and a regional set-up with churn delivers every message."""
 
@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 from node.engine.api import NS, Output
-from node.episub_wire import EpisubRpc, GetTopics
+from node.wire.episub import EpisubRpc, GetTopics
 from orchestrator.experiment.spec import parse_experiment
-from orchestrator.sim_dial import DialOnSend
-from orchestrator.simulator import Simulator
+from orchestrator.sim.dial import DialOnSend
+from orchestrator.sim.simulator import Simulator
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import csv
 
-from node.identity import identity_for_index
-from node.scorefile import COLUMNS
-from node.tracefile import read_trace
+from node.libp2p.identity import identity_for_index
+from node.trace.scores import COLUMNS
+from node.trace.file import read_trace
 from test_simulator import simulate, trace_bytes
 
 SETUP = """

@@ -25,7 +25,7 @@ from engine_harness import (
 )
 from node.engine import TraceType
 from node.engine.simsub import SIMSUB_ID, SimSubRouter, SimSubParams
-from node.wire import IHave, IWant
+from node.wire.rpc import IHave, IWant
 
 T = "t"
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from node.engine.api import TraceType
-from node.identity import identity_for_index, peer_id_from_b58
-from node.tracefile import read_trace
+from node.libp2p.identity import identity_for_index, peer_id_from_b58
+from node.trace.file import read_trace
 from orchestrator.experiment.spec import load_experiment, parse_experiment, resolved_to_yaml
-from orchestrator.sim_run import run_simulation
+from orchestrator.sim.run import run_simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGIES = ROOT / "topologies"
@@ -270,7 +270,7 @@ linger: 3s
 
 
 def test_traces_encoded_by_forked_writers_equal_traces_encoded_in_place(tmp_path, monkeypatch):
-    import orchestrator.sim_traces as sim_traces
+    import orchestrator.sim.traces as sim_traces
 
     simulate(TOPOLOGIES / "quick.yaml", tmp_path / "in_place")
     forks = []

@@ -18,7 +18,7 @@ import pytest
 from episub_harness import MS, S, EpisubNet
 from node.engine import TraceType, make_router
 from node.engine.episub import EPISUB_ID, EpisubParams, EpisubRouter
-from node.episub_wire import (
+from node.wire.episub import (
     Disconnect,
     EpisubRpc,
     ForwardJoin,
@@ -38,7 +38,7 @@ from node.episub_wire import (
     Topics,
 )
 from node.engine.episub.params import active_size, passive_size
-from node.wire import Message
+from node.wire.rpc import Message
 
 T = "t"
 # N = 100: C_rand = log(100) = 2; with C_near = 1, A = max(log N + c, C_rand + C_near) = 3; P = 2 * 3 = 6

@@ -38,7 +38,7 @@ from engine_harness import (
 from node.engine import TraceType
 from node.engine.api import FLOODSUB_ID, MESHSUB_ID
 from node.engine.gossipsub import GossipSubParams, GossipSubRouter
-from node.wire import IHave, IWant, Rpc, SubOpts
+from node.wire.rpc import IHave, IWant, Rpc, SubOpts
 
 T = "t"
 SMALL = {"D": 4, "D_low": 3, "D_high": 6}

@@ -29,7 +29,7 @@ from engine_harness import (
 from node.engine import TraceType
 from node.engine.api import FLOODSUB_ID, MESHSUB_ID, MESHSUB_V11_ID, MESHSUB_V12_ID, protocol_order
 from node.engine.registry import negotiate
-from node.wire import IHave, IWant, Prune
+from node.wire.rpc import IHave, IWant, Prune
 
 T = "t"
 V11 = "gossipsub-v1.1"

@@ -15,7 +15,7 @@ from engine_harness import (
     publish_rpc,
 )
 from node.engine.api import MESHSUB_ID, MESHSUB_V11_ID, MESHSUB_V12_ID
-from node.wire import IDontWant, IWant
+from node.wire.rpc import IDontWant, IWant
 
 T = "t"
 V12 = "gossipsub-v1.2"

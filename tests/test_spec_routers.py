@@ -21,7 +21,7 @@ from engine_harness import (
 from node.engine import TraceType, make_router
 from node.engine.api import FLOODSUB_ID, MESHSUB_ID, RANDOMSUB_ID
 from node.engine.registry import ROUTERS, negotiate
-from node.wire import IHave, IWant, SubOpts
+from node.wire.rpc import IHave, IWant, SubOpts
 
 T = "t"
 
@@ -175,7 +175,7 @@ def test_subscription_announcements_are_tracked_per_peer():
     r = lone("gossipsub")
     r.add_peer(0, b"p", MESHSUB_ID)
     r.handle_rpc(0, b"p", publish_rpc())
-    from node.wire import Rpc
+    from node.wire.rpc import Rpc
     r.handle_rpc(0, b"p", Rpc(subscriptions=(SubOpts(True, "a"), SubOpts(True, "b"))))
     assert r.topic_peers("a") == {b"p"} and r.topic_peers("b") == {b"p"}
     r.handle_rpc(0, b"p", Rpc(subscriptions=(SubOpts(False, "a"),)))

@@ -10,7 +10,7 @@ import json
 import pytest
 import trio
 
-from node.identity import identity_for_index, peer_id_from_b58, peer_id_to_b58
+from node.libp2p.identity import identity_for_index, peer_id_from_b58, peer_id_to_b58
 from node.libp2p.connection import upgrade
 from test_cli_lifecycle import env, experiment, tb  # noqa: F401 - env is a fixture
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import subprocess
 
-from orchestrator import swarm_dind
-from orchestrator.docker_util import LABEL, LABEL_STATE, LABEL_TESTBED
+from orchestrator.backends.swarm import dind as swarm_dind
+from orchestrator.dockerapi.client import LABEL, LABEL_STATE, LABEL_TESTBED
 from orchestrator.errors import BackendUnavailable
-from orchestrator.swarm_collect import collect_one
-from orchestrator.swarm_engine import ENGINES_ENV, Task, engine_urls
+from orchestrator.backends.swarm.collect import collect_one
+from orchestrator.backends.swarm.engines import ENGINES_ENV, Task, engine_urls
 
 
 def test_a_node_has_every_capability_but_the_one_the_engine_lacks_and_is_not_privileged():
@@ -106,8 +106,8 @@ def test_a_node_on_a_ready_swarm_node_with_no_engine_named_is_not_called_lost(tm
 
 
 def test_down_reports_a_cleanup_line_once_when_the_graceful_down_said_it_already(tmp_path, monkeypatch):
-    from orchestrator import runs  # noqa: PLC0415
-    from orchestrator.state import StateStore  # noqa: PLC0415
+    from orchestrator.run import runs  # noqa: PLC0415
+    from orchestrator.records.state import StateStore  # noqa: PLC0415
 
     store = StateStore(tmp_path / "state")
     store.create({"name": "tb", "backend": "swarm", "status": "up"})

@@ -16,13 +16,13 @@ import docker.errors
 import pytest
 
 from node.config import LinkShape
-from orchestrator.docker_teardown import Scope
-from orchestrator.docker_util import LABEL_STATE, LABEL_TESTBED
+from orchestrator.backends.docker.teardown import Scope
+from orchestrator.dockerapi.client import LABEL_STATE, LABEL_TESTBED
 from orchestrator.errors import BackendUnavailable
-from orchestrator.swarm_collect import _extract
-from orchestrator.swarm_engine import engine_urls
-from orchestrator.swarm_task import DEV, shaping_plan
-from orchestrator.swarm_teardown import teardown
+from orchestrator.backends.swarm.collect import _extract
+from orchestrator.backends.swarm.engines import engine_urls
+from orchestrator.backends.swarm.task import DEV, shaping_plan
+from orchestrator.backends.swarm.teardown import teardown
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTBED = str(ROOT / ".venv" / "bin" / "testbed")
@@ -203,7 +203,7 @@ class SlowOverlay:
 
 
 def test_the_subnet_is_awaited_until_the_manager_allocates_it():
-    from orchestrator import swarm_backend  # noqa: PLC0415
+    from orchestrator.backends.swarm import backend as swarm_backend  # noqa: PLC0415
 
     backend = object.__new__(swarm_backend.SwarmBackend)
     backend._network, backend.testbed = SlowOverlay(), "t"
@@ -214,7 +214,7 @@ def test_the_subnet_is_awaited_until_the_manager_allocates_it():
 
 
 def _task(state: str, error: str = "", port: int | None = None):
-    from orchestrator.swarm_engine import Task  # noqa: PLC0415
+    from orchestrator.backends.swarm.engines import Task  # noqa: PLC0415
 
     return Task(id=f"t-{state}-{port}", state=state, desired="running", node_id="n", container_id=None,
                 published_port=port, error=error)
@@ -228,7 +228,7 @@ BUSY = ("starting container failed: unable to remount dir as readonly: mount tmp
 def test_a_task_whose_container_never_started_is_started_anew_twice_at_most(fails, started):
     """CI once lost a run to the daemon failing a task's secrets mount; a
     task the router itself ended (or a missing image) is not retried."""
-    from orchestrator import swarm_backend  # noqa: PLC0415
+    from orchestrator.backends.swarm import backend as swarm_backend  # noqa: PLC0415
 
     backend = object.__new__(swarm_backend.SwarmBackend)
     runs, notes = [], []

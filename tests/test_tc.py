@@ -7,7 +7,7 @@ import gzip
 import shlex
 
 from node.config import LinkShape
-from orchestrator import tc
+from orchestrator.shaping import tc
 
 # Three destinations with distinct latencies, one with jitter, one with loss,
 # one with a rate.

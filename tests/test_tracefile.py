@@ -1,4 +1,4 @@
-"""Trace files (node/tracefile.py): go-libp2p-pubsub TraceEvent protobufs,
+"""Trace files (node/trace/file.py): go-libp2p-pubsub TraceEvent protobufs,
 uvarint-length-prefixed, read back with go's type numbers and fields; a
 truncated last frame (SIGKILL mid-write) is tolerated."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from engine_harness import Network
-from node.codec import FrameError, encode_frame
+from node.wire.codec import FrameError, encode_frame
 from node.engine import TraceEvent, TraceType
 from node.proto import trace_pb2
-from node.tracefile import EventEncoder, TraceWriter, read_trace, rpc_event, to_proto
-from node.wire import Control, Graft, IDontWant, IHave, IWant, Message, Prune, Rpc, SubOpts, rpc_size, seqno_bytes
+from node.trace.file import EventEncoder, TraceWriter, read_trace, rpc_event, to_proto
+from node.wire.rpc import Control, Graft, IDontWant, IHave, IWant, Message, Prune, Rpc, SubOpts, rpc_size, seqno_bytes
 
 # go-libp2p-pubsub pb/trace.proto
 GO_TYPES = {

@@ -1,4 +1,4 @@
-"""The RPC dataclasses and their protobuf encoding (node/wire.py): libp2p's
+"""The RPC dataclasses and their protobuf encoding (node/wire/rpc.py): libp2p's
 field numbers, round trips, rpc_size, unknown fields, malformed input."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.wire import (
+from node.wire.rpc import (
     FIRST_8_BYTES,
     Control,
     Graft,

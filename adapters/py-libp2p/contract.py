@@ -4,11 +4,11 @@ run in .venv-pylibp2p, which may never import the project's node package:
 py-libp2p needs protobuf<7).
 
 - identity: the ed25519 seed is the node id as a little-endian u32,
-  zero-padded to 32 bytes (node/identity.py's rule);
+  zero-padded to 32 bytes (node/libp2p/identity.py's rule);
 - message id: the first 8 bytes of the data, on the wire exactly as they are
-  (node/wire.py's `first-8-bytes`), logged as a base-10 big-endian u64;
+  (node/wire/rpc.py's `first-8-bytes`), logged as a base-10 big-endian u64;
 - published data: the sequence number as a big-endian u64, then `msg-<seq>:`
-  repeated, cut to the size (node/wire.py's workload_data);
+  repeated, cut to the size (node/wire/rpc.py's workload_data);
 - stdout: one JSON object per line with an RFC3339 "time" (ns precision).
 """
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis.rundir import RunDir
-from node.trace_vocab import RunEvent
+from node.trace.vocab import RunEvent
 
 # metrics/<name>.parquet tables the report reads (docs/metrics.md)
 TABLES = ("latency_cdf", "timeseries_delivery", "timeseries_control", "mesh_degree", "mesh_degree_hist",

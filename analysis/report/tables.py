@@ -12,7 +12,7 @@ from typing import Any
 
 from analysis.fidelity import fidelity
 from analysis.report.data import RunData
-from node.trace_vocab import RunEvent
+from node.trace.vocab import RunEvent
 
 
 def fmt(v: Any, digits: int = 4) -> str:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from node.trace_vocab import TraceType
-from node.wire import (
+from node.trace.vocab import TraceType
+from node.wire.rpc import (
     Control,
     Graft,
     IDontWant,
@@ -64,7 +64,7 @@ class Output:
     """`dials`: peers the router asks its runtime to connect to (gossipsub
     v1.1 peer exchange and explicit peers); a runtime that cannot dial by
     peer id alone ignores them. `scores`: at a heartbeat of a router that
-    scores its peers, each peer's score and components (node/scorefile.py's
+    scores its peers, each peer's score and components (node/trace/scores.py's
     columns after time and peer)."""
 
     sends: tuple[tuple[PeerId, Rpc], ...] = ()

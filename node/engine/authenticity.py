@@ -25,14 +25,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from node.identity import (
+from node.libp2p.identity import (
     ED25519_SIGNATURE_SIZE,
     Identity,
     peer_id_from_public_key,
     public_key_from_peer_id,
     verify,
 )
-from node.wire import (
+from node.wire.rpc import (
     FIRST_8_BYTES,
     FROM_SEQNO,
     MESSAGE_ID_FUNCTIONS,

@@ -4,7 +4,7 @@ the backoff expires. Times are nanoseconds."""
 
 from __future__ import annotations
 
-from node.wire import PeerId
+from node.wire.rpc import PeerId
 
 
 class Backoff:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from node.wire import Message, MessageId
+from node.wire.rpc import Message, MessageId
 
 
 class SeenCache:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from node.engine.api import FLOODSUB_ID, OutputBuilder
 from node.engine.pubsub import PubSubRouter
-from node.wire import Message, PeerId
+from node.wire.rpc import Message, PeerId
 
 
 @dataclass(frozen=True)

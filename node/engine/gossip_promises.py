@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from node.wire import MessageId, PeerId
+from node.wire.rpc import MessageId, PeerId
 
 
 class GossipPromises:

@@ -18,7 +18,7 @@ from node.engine.api import FLOODSUB_ID, MESHSUB_ID, NS, OutputBuilder, TraceTyp
 from node.engine.authenticity import Authenticity
 from node.engine.caches import MessageCache
 from node.engine.pubsub import PubSubRouter, Validator, sample_sorted
-from node.wire import Control, Message, MessageId, PeerId
+from node.wire.rpc import Control, Message, MessageId, PeerId
 
 GOSSIPSUB_PROTOCOLS = frozenset({MESHSUB_ID})
 FLOODSUB_PROTOCOLS = frozenset({FLOODSUB_ID})

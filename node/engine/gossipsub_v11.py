@@ -37,7 +37,7 @@ from node.engine.gossipsub import GossipSubRouter
 from node.engine.gossipsub_config import GossipSubV11Params
 from node.engine.peer_score import PeerScore
 from node.engine.pubsub import Validator, sample_sorted
-from node.wire import Control, Message, MessageId, PeerId, Prune
+from node.wire.rpc import Control, Message, MessageId, PeerId, Prune
 
 # go-libp2p-pubsub's GossipSubDirectConnectTicks: how often (in heartbeats)
 # a lost explicit peer is dialled again.

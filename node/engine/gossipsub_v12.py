@@ -26,7 +26,7 @@ from node.engine.authenticity import Authenticity
 from node.engine.gossipsub_config import GossipSubV12Params
 from node.engine.gossipsub_v11 import GossipSubV11Router
 from node.engine.pubsub import Validator
-from node.wire import Control, Message, MessageId, PeerId
+from node.wire.rpc import Control, Message, MessageId, PeerId
 
 
 class GossipSubV12Router(GossipSubV11Router):

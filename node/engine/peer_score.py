@@ -33,7 +33,7 @@ from node.engine.authenticity import (
     REJECT_UNEXPECTED_SIGNATURE,
 )
 from node.engine.score_params import PeerScoreParams, TopicScoreParams
-from node.wire import MessageId, PeerId
+from node.wire.rpc import MessageId, PeerId
 
 # go-libp2p-pubsub's other rejection reasons (tracer.go), which our
 # validator pipeline does not produce but a score must tell apart.

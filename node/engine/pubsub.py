@@ -17,7 +17,7 @@ from typing import Generic, Protocol, TypeVar
 from node.engine.api import NS, Output, OutputBuilder, TraceType
 from node.engine.authenticity import REJECT_SELF_ORIGIN, REJECT_VALIDATION_FAILED, Authenticity
 from node.engine.caches import SeenCache
-from node.wire import Control, Message, PeerId, Rpc
+from node.wire.rpc import Control, Message, PeerId, Rpc
 
 Validator = Callable[[Message], bool]
 

@@ -21,7 +21,7 @@ from node.engine.gossipsub_v11 import GossipSubV11Router
 from node.engine.gossipsub_v12 import GossipSubV12Router
 from node.engine.randomsub import RandomSubParams, RandomSubRouter
 from node.engine.simsub import SimSubParams, SimSubRouter
-from node.wire import PeerId
+from node.wire.rpc import PeerId
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class RouterKind:
     """`mesh_low_key`: the parameter that is the mesh's low-water mark (None:
     the router keeps no mesh), and its default; `mesh_any_topic`: the router
     meshes with peers whatever their topics (simsub's single overlay);
-    `scores_peers`: the router keeps peer scores (node/scorefile.py);
+    `scores_peers`: the router keeps peer scores (node/trace/scores.py);
     `simulator_only`: the trio runtime cannot run it yet (episub)."""
 
     name: str

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from node.engine.api import NS, Output, OutputBuilder, TraceType
 from node.engine.authenticity import Authenticity
-from node.wire import Message, MessageId, PeerId, Rpc
+from node.wire.rpc import Message, MessageId, PeerId, Rpc
 
 SIMSUB_ID = "/simsub/1.0.0"
 

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Collection
 
 import trio
 
-from node.identity import Identity
+from node.libp2p.identity import Identity
 from node.libp2p import multistream, noise, plaintext, yamux
 from node.libp2p.bufstream import READ_CHUNK, BufferedStream
 from node.libp2p.errors import ProtocolError

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from node.codec import encode_uvarint
+from node.wire.codec import encode_uvarint
 from node.libp2p.bufstream import BufferedStream
 from node.libp2p.errors import ProtocolError
 

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from google.protobuf.message import DecodeError
 
-from node.identity import Identity, peer_id_from_public_key, peer_id_to_b58, verify
+from node.libp2p.identity import Identity, peer_id_from_public_key, peer_id_to_b58, verify
 from node.libp2p.bufstream import READ_CHUNK, BufferedStream
 from node.libp2p.errors import ProtocolError
 from node.proto import libp2p_pb2

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
-from node.codec import encode_uvarint
-from node.identity import Identity, decode_public_key, peer_id_from_public_key, peer_id_to_b58
+from node.wire.codec import encode_uvarint
+from node.libp2p.identity import Identity, decode_public_key, peer_id_from_public_key, peer_id_to_b58
 from node.libp2p.bufstream import BufferedStream
 from node.libp2p.errors import ProtocolError
 from node.proto import libp2p_pb2

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from node.wire import workload_data
+from node.wire.rpc import workload_data
 
 if TYPE_CHECKING:
     from node.runtime.daemon import Node

@@ -56,20 +56,20 @@ from typing import Any
 
 import trio
 
-from node.codec import FrameError, encode_frame
+from node.wire.codec import FrameError, encode_frame
 from node.config import LinkShape, NodeConfig, PeerAddress
 from node.engine import TraceType, make_router
 from node.engine.api import Output, protocol_order
-from node.identity import INJECTOR_INDEX, identity_for_index, peer_id_from_b58, peer_id_to_b58
+from node.libp2p.identity import INJECTOR_INDEX, identity_for_index, peer_id_from_b58, peer_id_to_b58
 from node.libp2p.connection import MuxedConnection, upgrade
 from node.libp2p.errors import ProtocolError
 from node.libp2p.poller import ReadPoller
 from node.runtime.lag import LagMeter
 from node.runtime.peer import PeerLink
-from node.runtime.shaper import LinkShaper, Uplink
-from node.scorefile import ScoreFile
-from node.tracefile import TraceWriter, rpc_event
-from node.wire import Rpc, RpcDecoder, encode_rpc
+from node.shaping.shaper import LinkShaper, Uplink
+from node.trace.scores import ScoreFile
+from node.trace.file import TraceWriter, rpc_event
+from node.wire.rpc import Rpc, RpcDecoder, encode_rpc
 
 log = logging.getLogger("node")
 
@@ -90,7 +90,7 @@ class ConnectError(RuntimeError):
 class Node:
     def __init__(self, cfg: NodeConfig, trace: TraceWriter | None = None) -> None:
         """`trace`: where trace events go instead of cfg.trace_path (the
-        contract entry point's stdout, node/interop.py)."""
+        contract entry point's stdout, node/interop/contract.py)."""
         self.cfg = cfg
         self.name = cfg.name
         self.identity = cfg.identity
@@ -476,7 +476,7 @@ class Node:
 
     def keep_connected(self, host: str, port: int, peer_id: bytes) -> None:
         """Dial `peer_id` at host:port and redial for the node's life, as an
-        initial peer (a script's connect, node/interop.py)."""
+        initial peer (a script's connect, node/interop/contract.py)."""
         assert self._nursery is not None
         self._nursery.start_soon(self._dial_loop, (host, port, peer_id), True)
 

@@ -30,11 +30,11 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from node.codec import FrameDecoder
+from node.wire.codec import FrameDecoder
 from node.libp2p.bufstream import BufferedStream
 from node.libp2p.connection import MuxedConnection, YamuxStream, negotiate_inbound, negotiate_outbound
 from node.libp2p.errors import ProtocolError
-from node.runtime.shaper import LinkShaper
+from node.shaping.shaper import LinkShaper
 
 WRITE_BATCH = 64  # frames coalesced into one send
 NEGOTIATE_TIMEOUT_S = 10.0

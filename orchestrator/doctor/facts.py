@@ -16,9 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import delayline, own_bridge, tc
+from orchestrator.shaping import delayline
+
+from orchestrator.backends.docker import own_bridge
+
+from orchestrator.shaping import tc
 from orchestrator.doctor.lockcheck import canonical, drift, lock_pins
-from orchestrator.image import ImageStatus, image_status
+from orchestrator.images.router import ImageStatus, image_status
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCK_FILE = REPO_ROOT / "requirements.lock"
@@ -243,8 +247,8 @@ def gather(
     """Every fact, each probe bounded (TOOL_TIMEOUT_S a command). `spark_start`
     (seconds to a working Spark session) is only called when given: it
     costs seconds."""
-    from orchestrator.backends import BACKENDS, default_backend  # noqa: PLC0415
-    from orchestrator.docker_util import docker_client as real_client  # noqa: PLC0415
+    from orchestrator.backends.registry import BACKENDS, default_backend  # noqa: PLC0415
+    from orchestrator.dockerapi.client import docker_client as real_client  # noqa: PLC0415
 
     host = host or Host()
     spark_s, spark_error = None, ""

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from node.wire import FIRST_8_BYTES
+from node.wire.rpc import FIRST_8_BYTES
 from orchestrator.errors import InputError
 from orchestrator.experiment import values as v
 from orchestrator.experiment.adversary import check_adversaries
@@ -28,7 +28,7 @@ from orchestrator.experiment.experiment import Experiment
 from orchestrator.experiment.parts import Group, Links, Overlay, Resources, Wire, assign_paths
 from orchestrator.experiment.wire_fit import shared_wire
 from orchestrator.experiment.yamlsrc import Path_, Source, load_yaml, parse_yaml
-from orchestrator.foreign import CONTRACT, implementation, is_bare, is_foreign, router_kind
+from orchestrator.routers.kinds import CONTRACT, implementation, is_bare, is_foreign, router_kind
 
 MAX_PARAM_INT = 1_000_000
 # Router parameters are typed by the router registry's dataclasses, not by the
@@ -80,7 +80,7 @@ class _Checker:
                                                   f"of data: messages need at least 8 bytes, got {w.size}")
 
     def foreign_fit(self, doc: ExperimentFile, groups: tuple[Group, ...], workloads: tuple[Workload, ...]) -> None:
-        """Foreign routers (orchestrator/foreign.py; the wire they share is
+        """Foreign routers (orchestrator/routers/kinds.py; the wire they share is
         wire_fit.py's) publish only their own messages; a bare image has no control endpoint; their
         timers run on their own clocks, so they cannot be time-dilated."""
         foreign = [g for g in groups if is_foreign(g.router)]

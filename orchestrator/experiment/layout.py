@@ -14,10 +14,10 @@ import hashlib
 import random
 from typing import TYPE_CHECKING, TypeVar
 
-from orchestrator import graphs
+from orchestrator.experiment import graphs
 from orchestrator.experiment.adversary import adversary_spec
 from orchestrator.experiment.model import NodeSpec
-from orchestrator.links import Constant, PairLinks, Regions, Uniform
+from orchestrator.experiment.links import Constant, PairLinks, Regions, Uniform
 
 if TYPE_CHECKING:  # a type only: experiment.py imports resolve.py, which imports this module
     from orchestrator.experiment.experiment import Experiment

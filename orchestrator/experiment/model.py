@@ -116,7 +116,7 @@ class ResolvedExperiment:
     linger_auto: bool = False
     strict_traces: bool = False  # a damaged trace file fails the run (analyze --strict)
     # Real backends run k times slower than written (node/dilation.py,
-    # orchestrator/wallclock.py); the times here stay the experiment's.
+    # orchestrator/run/wallclock.py); the times here stay the experiment's.
     time_dilation: float = 1.0
     # the wire (docs/experiment-files.md, "Wire"): secure channel, message
     # signing policy and how message ids are computed

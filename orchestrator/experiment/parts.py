@@ -21,7 +21,7 @@ from node.engine.authenticity import check_combination
 from orchestrator.experiment.network_presets import PRESETS, NetworkPreset
 from node.engine.registry import ROUTERS
 from orchestrator.experiment import values as v
-from orchestrator.foreign import ADAPTERS, CONTRACT, IMAGE_PREFIX, PARAMS_KIND, image_router
+from orchestrator.routers.kinds import ADAPTERS, CONTRACT, IMAGE_PREFIX, PARAMS_KIND, image_router
 from orchestrator.experiment.yamlsrc import Path_
 
 

@@ -20,7 +20,7 @@ from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from orchestrator.experiment.model import Expectation
-from orchestrator.links import parse_rate
+from orchestrator.experiment.links import parse_rate
 
 MAX_NODES = 100_000  # nodes in one experiment
 MAX_EDGES = 2_000_000  # overlay edges (full or random overlays included)
@@ -34,7 +34,7 @@ MAX_MEMORY_BYTES = 1 << 40  # 1 TiB per node
 MAX_CPUS = 1024.0
 MAX_TOPICS = 1_000  # topics per group
 MAX_SEED = 2**63 - 1
-MAX_MESSAGE_SIZE = (1 << 20) - 1024  # the wire's 1 MiB frame (node/codec.py) less room for the envelope
+MAX_MESSAGE_SIZE = (1 << 20) - 1024  # the wire's 1 MiB frame (node/wire/codec.py) less room for the envelope
 LINGER_AUTO_MAX = 30.0  # `linger: auto` waits at most this long after the last message
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

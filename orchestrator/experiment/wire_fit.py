@@ -1,6 +1,6 @@
 """The one wire every node of an experiment shares: which message
 authenticity and message-id function the routers present can all run
-(orchestrator/foreign.py says what each kind can; our engines run every
+(orchestrator/routers/kinds.py says what each kind can; our engines run every
 one).
 
 A wire setting the file gives must be one every router present can run,
@@ -22,7 +22,7 @@ from node.engine.authenticity import check_combination
 from orchestrator.errors import InputError
 from orchestrator.experiment.parts import Group, Wire
 from orchestrator.experiment.yamlsrc import Path_
-from orchestrator.foreign import implementation, wire_abilities
+from orchestrator.routers.kinds import implementation, wire_abilities
 
 Refuse = Callable[[Path_, str], InputError]
 

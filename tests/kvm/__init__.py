@@ -1,5 +1,5 @@
 """A throwaway KVM guest that runs Debian's stock kernel, so the kernel shaping
-path (htb + netem per destination, as orchestrator/tc.py generates it) can be
+path (htb + netem per destination, as orchestrator/shaping/tc.py generates it) can be
 exercised where the host kernel lacks sch_netem.
 
 `cpio` writes initramfs archives, `guest` builds and caches the guest's base

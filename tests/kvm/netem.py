@@ -1,4 +1,4 @@
-"""Runs orchestrator/tc.py's egress program under Debian's stock kernel in a
+"""Runs orchestrator/shaping/tc.py's egress program under Debian's stock kernel in a
 KVM guest and measures what the kernel really does with it.
 
 Inside the guest, network namespaces hang off one bridge, whose own address
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.config import LinkShape
-from orchestrator import tc
+from orchestrator.shaping import tc
 from tests.kvm.cpio import CpioWriter
 from tests.kvm import guest as kvm_guest
 from tests.kvm.guest import QEMU, Guest

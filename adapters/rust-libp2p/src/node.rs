@@ -102,7 +102,7 @@ fn fail(error: impl std::fmt::Display) -> Value {
 }
 
 /// test-plans' and the testbed's message data: the sequence number as a
-/// big-endian u64, then `msg-<seq>:` repeated, cut to `size` bytes (node/wire.py).
+/// big-endian u64, then `msg-<seq>:` repeated, cut to `size` bytes (node/wire/rpc.py).
 pub fn workload_data(seq: u64, size: usize) -> Vec<u8> {
     let head = format!("msg-{seq}:");
     let mut data = seq.to_be_bytes().to_vec();
@@ -655,7 +655,7 @@ mod tests {
 
     #[test]
     fn workload_data_matches_node_wire() {
-        // node/wire.py: workload_data(3, 20)
+        // node/wire/rpc.py: workload_data(3, 20)
         assert_eq!(workload_data(3, 20), b"\0\0\0\0\0\0\0\x03msg-3:msg-3:".to_vec());
         assert_eq!(workload_data(3, 4), vec![0; 4]);
         assert_eq!(workload_data(300, 8), 300u64.to_be_bytes().to_vec());

@@ -88,7 +88,7 @@ mod tests {
 
     #[test]
     fn identities_match_test_plans() {
-        // node/identity.py's identity_for_index(0), the same key test-plans derives.
+        // node/libp2p/identity.py's identity_for_index(0), the same key test-plans derives.
         assert_eq!(peer_id_for_index(0).to_base58(), "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN");
     }
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from node.engine.api import OutputBuilder
-from node.wire import Message
+from node.wire.rpc import Message
 
 if TYPE_CHECKING:
     from node.engine.adversary.sybil import Sybil

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from node.engine.adversary.behaviour import Passive
-from node.wire import Message, PeerId
+from node.wire.rpc import Message, PeerId
 
 
 @dataclass(frozen=True)

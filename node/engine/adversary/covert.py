@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from node.engine.adversary.behaviour import Behaviour
 from node.engine.api import OutputBuilder
-from node.wire import Message
+from node.wire.rpc import Message
 
 if TYPE_CHECKING:
     from node.engine.adversary.sybil import Sybil

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from node.engine.adversary.behaviour import Passive
-from node.wire import Message
+from node.wire.rpc import Message
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from node.engine.adversary.behaviour import Passive
 from node.engine.api import OutputBuilder
-from node.wire import PeerId
+from node.wire.rpc import PeerId
 
 if TYPE_CHECKING:
     from node.engine.adversary.sybil import Sybil

@@ -16,7 +16,7 @@ import random
 from node.engine.adversary.behaviour import Behaviour
 from node.engine.api import Output, OutputBuilder, TraceEvent, TraceType
 from node.engine.gossipsub import GossipSubRouter
-from node.wire import Message, MessageId, PeerId, Rpc
+from node.wire.rpc import Message, MessageId, PeerId, Rpc
 
 
 class Sybil:

@@ -2,7 +2,7 @@
 Plumtree broadcast over HyParView membership with GoCast's proximity links.
 
 Split by the draft's concepts: `params` (view sizes and timers), `output`
-(what one input produces; the messages themselves are node/episub_wire.py), `proximity` (RTT estimates),
+(what one input produces; the messages themselves are node/wire/episub.py), `proximity` (RTT estimates),
 `views` (membership management), `broadcast` (the multicast tree) and
 `router` (the Router interface and timers). docs/episub.md maps each rule
 of the draft to its method and test, and lists the choices the draft leaves
@@ -11,6 +11,6 @@ open.
 
 from node.engine.episub.params import EpisubParams
 from node.engine.episub.router import EpisubRouter
-from node.episub_wire import EPISUB_ID, EpisubRpc
+from node.wire.episub import EPISUB_ID, EpisubRpc
 
 __all__ = ["EPISUB_ID", "EpisubParams", "EpisubRouter", "EpisubRpc"]

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 from node.engine.api import NS, TraceType
 from node.engine.episub.output import EpisubOut
 from node.engine.episub.params import EpisubParams
-from node.episub_wire import Gossip, Graft, IHave, MessageSummary, Prune
-from node.wire import Message, MessageId, PeerId
+from node.wire.episub import Gossip, Graft, IHave, MessageSummary, Prune
+from node.wire.rpc import Message, MessageId, PeerId
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ are gossipsub's."""
 from __future__ import annotations
 
 from node.engine.api import Output, TraceEvent, TraceType
-from node.episub_wire import EpisubMessage, EpisubRpc
-from node.wire import Message, PeerId
+from node.wire.episub import EpisubMessage, EpisubRpc
+from node.wire.rpc import Message, PeerId
 
 
 class EpisubOut:

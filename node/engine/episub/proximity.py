@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from node.wire import PeerId
+from node.wire.rpc import PeerId
 
 
 class RttTable:

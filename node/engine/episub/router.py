@@ -26,7 +26,7 @@ from node.engine.episub.params import EpisubParams
 from node.engine.episub.proximity import RttTable
 from node.engine.episub.views import Membership
 from node.engine.pubsub import Validator
-from node.episub_wire import (
+from node.wire.episub import (
     EPISUB_ID,
     Disconnect,
     EpisubRpc,
@@ -45,7 +45,7 @@ from node.episub_wire import (
     ShuffleReply,
     Topics,
 )
-from node.wire import Message, PeerId
+from node.wire.rpc import Message, PeerId
 
 
 @dataclass

@@ -27,7 +27,7 @@ from node.engine.episub.output import EpisubOut
 from node.engine.episub.params import EpisubParams
 from node.engine.episub.proximity import RttTable
 from node.engine.pubsub import sample_sorted
-from node.episub_wire import (
+from node.wire.episub import (
     Disconnect,
     ForwardJoin,
     GetNodes,
@@ -38,7 +38,7 @@ from node.episub_wire import (
     Shuffle,
     ShuffleReply,
 )
-from node.wire import PeerId
+from node.wire.rpc import PeerId
 
 NeighborNotice = Callable[[EpisubOut, PeerId], None]
 Ping = Callable[[EpisubOut, PeerId], None]
