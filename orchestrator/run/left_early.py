@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends.api import Backend
-from orchestrator.run.lifecycle import Process
+from orchestrator.experiment.lifecycle import Process
 from orchestrator.run.nodestate import NodeState
 
 PARALLEL = 16  # concurrent is_running questions, as Backend.stop_many asks them

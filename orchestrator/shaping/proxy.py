@@ -44,11 +44,10 @@ from typing import Any
 from node.config import LinkShape, NodeConfig
 from node.shaping.stream import MAX_RETRANSMITS, RTO_MIN_S
 from node.shaping.proxy import ProxyConfig
-from orchestrator.backends.api import ShapingCapabilities
 from orchestrator.dockerapi.client import LABEL_NODE
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.experiment.model import ResolvedExperiment
-from orchestrator.routers.nodeconfigs import user_shape
+from orchestrator.shaping.split import ShapingCapabilities, user_shape
 
 PROXY_UID = 65533  # the proxy's own uid: iptables exempts its sockets by owner
 OUTBOUND_PORT = 19000

@@ -40,7 +40,8 @@ from node.config import LinkShape, NodeConfig
 from node.runtime.client import ControlClient, ControlError
 from orchestrator.backends.swarm import task as task_spec
 from orchestrator.shaping import tc
-from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
+from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress
+from orchestrator.shaping.split import ShapingCapabilities
 from orchestrator.backends.docker.nodedir import MOUNT, NODE_UID
 from orchestrator.backends.docker.teardown import Scope, bounded
 from orchestrator.dockerapi.client import (
