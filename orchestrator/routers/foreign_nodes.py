@@ -185,7 +185,7 @@ def link_shaping(router: str, caps: ShapingCapabilities, proxy: bool) -> str:
     """How a node's links are shaped: the kernel's tc, or the host's delay
     line, for every container alike; our user-space shaper only inside our
     routers; a foreign node's own sending by the shaping proxy where the
-    backend has one (docker_proxy.py), else unshaped where the kernel cannot
+    backend has one (orchestrator/shaping/proxy.py), else unshaped where the kernel cannot
     (its peers' shapers still delay what they send to it)."""
     if caps.kernel_delay:
         return "host delay line (NFQUEUE)" if caps.path == "delayline+htb" else "kernel tc"

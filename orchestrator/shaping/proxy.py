@@ -6,7 +6,7 @@ Why: without sch_netem our router delays, jitters and loses its own egress
 in user space; a foreign router cannot. So its container gets a sidecar, made
 from our router image, that shares its network namespace
 (network_mode="container:<id>"), and iptables rules in that namespace (set
-from the host through nsenter, as docker_netns.py does for tc) that send the
+from the host through nsenter, as the docker backend does for tc, backends/docker/netns.py) that send the
 node's TCP through it:
 - nat OUTPUT: every TCP connection the node dials, except to loopback and the
   exempt addresses (the host's gateway: control traffic), to OUTBOUND_PORT;
