@@ -83,26 +83,26 @@ class _Checker:
         """Foreign routers (orchestrator/routers/kinds.py; the wire they share is
         wire_fit.py's) publish only their own messages; a bare image has no control endpoint; their
         timers run on their own clocks, so they cannot be time-dilated."""
-        foreign = [g for g in groups if kind_of(g.router).foreign]
-        if not foreign:
-            return
+        if not any(kind_of(g.router).foreign for g in groups):
+            return  # every rule below is one our routers meet
         router_of = {n: g.router for g in groups for n in g.node_names()}
-        g = foreign[0]
-        if doc.time_dilation != 1.0:
+        undilatable = [g for g in groups if not kind_of(g.router).dilatable]
+        if doc.time_dilation != 1.0 and undilatable:
+            g = undilatable[0]
             raise self.err(("time_dilation",), f"group {g.name or 'nodes'!r} runs a foreign router "
                            f"({kind_of(g.router).implementation}), whose timers the testbed cannot slow down; time "
                            "dilation needs our routers on every node")
         for w in workloads:
             if w.inject is not None:
                 for n in self.pool_names(w.publishers, w.topic):
-                    if kind_of(router_of[n]).foreign:
+                    if not kind_of(router_of[n]).takes_injection:
                         raise self.err((*w.path, "inject"), f"injection hands one message to several nodes, but {n} runs "
                                        f"{kind_of(router_of[n]).implementation}, which only publishes its own; "
                                        "select publishers among our routers' nodes")
         for e in doc.churn.timeline:
             if e.action in ("leave", "join"):
                 for n in self.pool_names(e.select, None):
-                    if kind_of(router_of[n]).scripted:
+                    if not kind_of(router_of[n]).control:
                         raise self.err((*e.path, "select"), f"{e.action} needs the node's control endpoint, and {n} is "
                                        f"a bare {CONTRACT} image without one")
 

@@ -88,6 +88,18 @@ class RouterKind:
     image: str | None = None
 
     @property
+    def dilatable(self) -> bool:
+        """Its timers run on the testbed's clock, so time dilation slows them
+        down: ours only (a foreign router's run on its own)."""
+        return not self.foreign
+
+    @property
+    def takes_injection(self) -> bool:
+        """It publishes a message handed to it (an injected workload): ours
+        only (a foreign router publishes only its own)."""
+        return not self.foreign
+
+    @property
     def scripted(self) -> bool:
         """It publishes by its script: the controller only logs its publishes,
         and its script is written for a workload start fixed before it starts."""
