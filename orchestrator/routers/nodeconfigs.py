@@ -49,6 +49,15 @@ def dials(resolved: ResolvedExperiment) -> dict[str, list[str]]:
     return {me: [p for p in peers if order[p] < order[me]] for me, peers in resolved.neighbours().items()}
 
 
+def linked_peers(resolved: ResolvedExperiment, me: str, neighbours: dict[str, list[str]]) -> list[str]:
+    """The peers a node may have a link to, which it is told about and
+    shaped towards: its overlay neighbours, or every other node when its
+    router dials on send (episub: its links go wherever its views do)."""
+    if not router_kind(resolved.node(me).router).dials_on_send:
+        return neighbours[me]
+    return [spec.name for spec in resolved.nodes if spec.name != me]
+
+
 def build_configs(
     resolved: ResolvedExperiment, addresses: dict[str, NodeAddress], caps: ShapingCapabilities,
     token: str, run_dir: Path, clock: DilatedClock = DilatedClock(),
@@ -56,7 +65,9 @@ def build_configs(
     """Every node's NodeConfig. Each overlay edge is dialled as `dials` says; trace and lag files
     go straight into the run directory (a backend that runs nodes elsewhere
     rewrites these paths). Node i of the experiment has libp2p identity i;
-    peers are dialled, shaped and named by their peer ids. `resolved` is on
+    peers are dialled, shaped and named by their peer ids. A node whose
+    router dials on send (episub) knows, shapes and names every other node,
+    not only its overlay neighbours: its links go wherever its views do. `resolved` is on
     the wall clock (orchestrator/run/wallclock.py); `clock` is the experiment's."""
     neighbours = resolved.neighbours()
     dialled = dials(resolved)
@@ -66,6 +77,9 @@ def build_configs(
     for spec in resolved.nodes:
         me = spec.name
         addr = addresses[me]
+        known = linked_peers(resolved, me, neighbours)
+        book = tuple(PeerAddress(p, addresses[p].host, addresses[p].port, peer_id[p]) for p in known
+                     ) if router_kind(spec.router).dials_on_send else ()
         configs[me] = NodeConfig(
             name=me, index=index[me], router=spec.router, seed=spec.seed,
             listen_host=addr.host, listen_port=addr.port,
@@ -73,8 +87,8 @@ def build_configs(
             token=token, trace_path=str(run_dir / "traces" / f"{me}.pb"),
             params=dict(spec.params), topics=tuple(spec.topics),
             initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port, peer_id[p]) for p in dialled[me]),
-            shaping={peer_id[p]: user_shape(resolved.link(me, p), caps) for p in neighbours[me]},
-            peer_names={peer_id[p]: p for p in neighbours[me]},
+            shaping={peer_id[p]: user_shape(resolved.link(me, p), caps) for p in known},
+            peer_names={peer_id[p]: p for p in known}, address_book=book,
             default_shape=user_shape(resolved.default_link, caps),
             uplink_bps=None if caps.kernel_rate else spec.uplink_bps,
             lag_path=str(run_dir / "node-logs" / f"{me}.lag.json"),
@@ -94,7 +108,8 @@ def shape_in_kernel(backend: Backend, resolved: ResolvedExperiment, caps: Shapin
         return
     neighbours = resolved.neighbours()
     for name in names:
-        per_peer = {p: kernel_shape(resolved.link(name, p)) for p in neighbours[name]} if caps.kernel_delay else {}
+        known = linked_peers(resolved, name, neighbours) if caps.kernel_delay else []
+        per_peer = {p: kernel_shape(resolved.link(name, p)) for p in known}
         backend.apply_kernel_shaping(name, per_peer, resolved.node(name).uplink_bps if caps.kernel_rate else None)
 
 
