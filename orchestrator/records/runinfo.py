@@ -23,7 +23,7 @@ from node.atomic import write_atomic
 from node.dilation import DilatedClock
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.routers.kinds import implementation, trace_events
-from orchestrator.network_paths import dials_anywhere, network_paths
+from orchestrator.experiment.network_paths import dials_anywhere, network_paths
 from orchestrator.routers.peers import peer_ids_b58
 
 RESOLVED_YAML = "experiment.resolved.yaml"
@@ -37,7 +37,7 @@ def topology_dict(resolved: ResolvedExperiment) -> dict[str, Any]:
     base58 text, and `adversary`: a sybil's behaviours, null for an honest
     node) and overlay edges with their link parameters; where a router dials
     on send, the network's shortest paths from each publisher
-    (orchestrator/network_paths.py)."""
+    (orchestrator/experiment/network_paths.py)."""
     peer_ids = peer_ids_b58(resolved)
     nodes = [
         {
