@@ -656,7 +656,8 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
         set(per_node.loc[per_node["published"] > 0, "node"].dropna())
         | {p for e in ctx.publishes for p in ([e["node"]] if e.get("node") else e.get("via") or [])}
     )
-    table = dlv.deliveries_table(rows, publishers, shortest_paths(edges, sources) if edges else None)
+    dist = run.network_paths() or (shortest_paths(edges, sources) if edges else None)
+    table = dlv.deliveries_table(rows, publishers, dist)
     _write_table(table, out_dir / "deliveries.parquet")
     deliveries_pd = table.to_pandas()
 

@@ -62,6 +62,13 @@ class RunDir:
     def topology_edges(self) -> list[dict[str, Any]]:
         return list((self.topology or {}).get("edges") or [])
 
+    def network_paths(self) -> dict[str, dict[str, float]] | None:
+        """The network's shortest paths from each publisher, when its routers
+        are not held to the overlay (docs/metrics.md, "Lower bound"); None
+        otherwise."""
+        paths = (self.topology or {}).get("network_paths_ms")
+        return {str(src): {str(n): float(d) for n, d in dist.items()} for src, dist in paths.items()} if paths else None
+
 
 def _load_json(path: Path) -> Any:
     try:

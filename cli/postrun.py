@@ -43,13 +43,14 @@ class Plan:
 
 def plan_runs(file: Path, seed: int | None, out_dir: Path | None, backend: str, variant: str | None) -> Plan:
     """One run per variant of the file (or the file itself); `--variant`
-    picks one. With variants, `out_dir` is the parent of `<variant>/` run dirs."""
+    picks one. With variants, `out_dir` is the parent of `<variant>/` run dirs.
+    The file's `sizes:` for `backend`, if any, set its groups' counts."""
     from orchestrator.experiment.spec import load_experiment, resolved_to_yaml
     from orchestrator.records.rundir import default_run_dir
 
     if not file.is_file():
         raise InputError(f"{file}: no such experiment file")
-    experiment = load_experiment(file)
+    experiment = load_experiment(file, backend)
     variants = experiment.variants()
     if variant is not None:
         chosen = [(name, exp) for name, exp in variants if name == variant]

@@ -59,6 +59,7 @@ def summary(exp: Experiment, r: ResolvedExperiment) -> dict[str, Any]:
         "wire": {"security": r.security, "authenticity": r.authenticity, "message_id": r.message_id},
         "expectations": [e.text for e in r.expectations],
         "variants": variant_summaries(exp, r),
+        "sizes": {kind: exp.nodes_on(kind) for kind in exp.sizes},
     }
 
 
@@ -133,6 +134,9 @@ def _print(s: dict[str, Any], console: Console) -> None:
     console.print(f"wire      {wire['security']}, {wire['authenticity']} authenticity, message ids {wire['message_id']}")
     if s["expectations"]:
         console.print(f"expects   {'; '.join(s['expectations'])}")
+    if s["sizes"]:
+        on = ", ".join(f"{n} nodes on {kind}" for kind, n in s["sizes"].items())
+        console.print(f"sizes     {on} (`sizes:`; `testbed sim` runs the {s['nodes']} above)")
     if s["variants"]:
         shared = all(v["same_setup"] for v in s["variants"])
         console.print(

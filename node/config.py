@@ -5,7 +5,10 @@ configuration is a value that can be logged, compared and replayed.
 A node is a libp2p peer: its identity is derived from its experiment `index`
 (node/libp2p/identity.py), peers are known by peer id (base58 text in the file), and
 `peer_names` gives the experiment's names for the peers it may meet, so that
-status and the control endpoint keep speaking names."""
+status and the control endpoint keep speaking names. A router that dials on
+send (episub: its views reach beyond its contacts) is also given
+`address_book`, where to dial every other node of the experiment: the
+experiment is its peerstore, as a libp2p host's is filled by discovery."""
 
 from __future__ import annotations
 
@@ -75,6 +78,7 @@ class NodeConfig:
     handshake_timeout_ms: int = 5000
     security: str = "noise"  # the libp2p security protocol: noise or plaintext
     peer_names: dict[str, str] = field(default_factory=dict)  # peer id (base58) -> name
+    address_book: tuple[PeerAddress, ...] = ()  # where to dial a peer the engine sends to unconnected
     # The network's message authenticity (the experiment's `wire:`).
     authenticity: str = STRICT  # strict | author | anonymous
     message_id: str = FROM_SEQNO  # from-seqno | first-8-bytes
@@ -89,6 +93,7 @@ class NodeConfig:
         ed25519_seed_for_index(self.index)  # ValueError when it is no u32
         DilatedClock(self.clock_epoch_ns, self.time_dilation)  # ValueError when the dilation is out of range
         keyed = [("initial_peers", p.peer_id) for p in self.initial_peers]
+        keyed += [("address_book", p.peer_id) for p in self.address_book]
         keyed += [("shaping", k) for k in self.shaping] + [("peer_names", k) for k in self.peer_names]
         for where, text in keyed:
             try:
@@ -122,6 +127,7 @@ class NodeConfig:
         raw = json.loads(text)
         raw["topics"] = tuple(raw.get("topics", ()))
         raw["initial_peers"] = tuple(PeerAddress(**p) for p in raw.get("initial_peers", ()))
+        raw["address_book"] = tuple(PeerAddress(**p) for p in raw.get("address_book", ()))
         raw["shaping"] = {k: LinkShape(**v) for k, v in raw.get("shaping", {}).items()}
         raw["default_shape"] = LinkShape(**raw.get("default_shape", {}))
         return cls(**raw)

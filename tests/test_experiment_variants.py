@@ -370,3 +370,33 @@ def test_simsub_variant_needs_one_topic(tmp_path, capsys):
     text = SINGLE.replace("topics: [t]", "topics: [t, u]").replace("publishers: {count: 3}", "publishers: {count: 3}\n  topic: t")
     assert_error(tmp_path, capsys, text + "variants:\n  sim:\n    router: simsub\n",
                  text.count("\n") + 3, "variants.sim.router", "exactly one topic")
+
+
+# --------------------------------------------------------------------------
+# sizes: group counts on a backend that cannot host the file's own
+
+
+def test_sizes_set_group_counts_on_their_backend_only(tmp_path):
+    path = tmp_path / "sized.yaml"
+    path.write_text(GROUPS.replace("variants:", "sizes:\n  docker: {eu: 4}\nvariants:"))
+    full, docker = load_experiment(path), load_experiment(path, "docker")
+    assert [len(g.node_names()) for g in full.groups] == [10, 8]
+    assert [len(g.node_names()) for g in load_experiment(path, "process").groups] == [10, 8]
+    assert [len(g.node_names()) for g in docker.groups] == [4, 8]
+    assert all(len(exp.resolve().nodes) == 12 for _, exp in docker.variants())  # every variant is sized
+
+
+def test_validate_shows_the_sizes(tmp_path, capsys):
+    path = tmp_path / "sized.yaml"
+    path.write_text(GROUPS.replace("variants:", "sizes:\n  docker: {eu: 4}\n  process: {us: 2}\nvariants:"))
+    assert run_cli("validate", str(path), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["sizes"] == {"docker": 12, "process": 12}
+    assert run_cli("validate", str(path)) == 0
+    assert "12 nodes on docker, 12 nodes on process" in " ".join(capsys.readouterr().out.split())
+
+
+def test_sizes_name_groups_that_exist(tmp_path, capsys):
+    base = GROUPS.split("variants:")[0]
+    assert_error(tmp_path, capsys, base + "sizes:\n  docker: {asia: 3}\n", base.count("\n") + 2,
+                 "sizes.docker.asia", "no group named 'asia'", "eu, us")
+    assert_error(tmp_path, capsys, base + "sizes:\n  kvm: {eu: 3}\n", base.count("\n") + 2, "sizes.kvm", "docker")

@@ -29,8 +29,7 @@ class EngineKind:
     """`mesh_low_key`: the parameter that is the mesh's low-water mark (None:
     the router keeps no mesh), and its default; `mesh_any_topic`: the router
     meshes with peers whatever their topics (simsub's single overlay);
-    `scores_peers`: the router keeps peer scores (node/trace/scores.py);
-    `simulator_only`: the trio runtime cannot run it yet (episub)."""
+    `scores_peers`: the router keeps peer scores (node/trace/scores.py)."""
 
     name: str
     params: type
@@ -39,7 +38,13 @@ class EngineKind:
     mesh_low_key: str | None = None
     mesh_any_topic: bool = False
     scores_peers: bool = False  # records peer scores each heartbeat (gossipsub v1.1+)
-    simulator_only: bool = False
+
+    @property
+    def dials_on_send(self) -> bool:
+        """The engine sends to peers it has no connection to (episub's views
+        reach beyond its contacts): the runtime dials them, so its node is
+        told every node's address and link."""
+        return bool(getattr(self.build, "dials_on_send", False))
 
     @property
     def meshes(self) -> bool:
@@ -76,7 +81,7 @@ ROUTERS: dict[str, EngineKind] = {
     "gossipsub-v1.2": EngineKind("gossipsub-v1.2", GossipSubV12Params, GossipSubV12Router, {"gossip": True}, "D_low",
                                  scores_peers=True),
     "simsub": EngineKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True),
-    "episub": EngineKind("episub", EpisubParams, EpisubRouter, simulator_only=True),
+    "episub": EngineKind("episub", EpisubParams, EpisubRouter),
 }
 
 

@@ -31,6 +31,13 @@ Rules that live here (docs/running.md):
 - Every RPC the engine emits is handed to the peer's bounded queue (SEND_RPC)
   or dropped there when the queue is full or the RPC exceeds max_frame
   (DROP_RPC). The router never waits on one peer.
+- Dial on send (node/runtime/dial_on_send.py): an engine that sends to peers
+  it has no connection to (episub) gets one dialled from the address book;
+  its RPCs wait for it (traced when handed to the link), and a failed dial
+  is DROP_RPC for them and `remove_peer` for the engine. Such a connection
+  is not redialled when it ends.
+- The codec follows the engine: episub's own protobuf (node/wire/episub.py)
+  on /episub/1.0.0, pubsub's RPC on every other protocol.
 - Isolation (`isolate`/`rejoin`, used by churn's disconnect/reconnect): closes
   the connections to the named peers (or all), refuses their dials and stops
   dialling them until `rejoin`.
@@ -50,7 +57,9 @@ import random
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +69,12 @@ from node.wire.codec import FrameError, encode_frame
 from node.config import LinkShape, NodeConfig, PeerAddress
 from node.engine import TraceType, make_router
 from node.engine.api import Output, protocol_order
+from node.wire.episub import EPISUB_ID, decode_episub_rpc, encode_episub_rpc
 from node.libp2p.identity import INJECTOR_INDEX, identity_for_index, peer_id_from_b58, peer_id_to_b58
 from node.libp2p.connection import MuxedConnection, upgrade
 from node.libp2p.errors import ProtocolError
 from node.libp2p.poller import ReadPoller
+from node.runtime.dial_on_send import SendDials
 from node.runtime.lag import LagMeter
 from node.runtime.peer import PeerLink
 from node.shaping.shaper import LinkShaper, Uplink
@@ -77,6 +88,7 @@ LAG_WRITE_INTERVAL_S = 5.0
 DRAIN_TIMEOUT_S = 2.0
 GO_AWAY_TIMEOUT_S = 0.5
 CONNECT_ATTEMPTS = 5  # one-shot dials from the control endpoint
+DIAL_ERRORS = (ProtocolError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
 class PeerError(ValueError):
@@ -85,6 +97,14 @@ class PeerError(ValueError):
 
 class ConnectError(RuntimeError):
     """A one-shot dial failed."""
+
+
+def codec(protocol_id: str, message_id_function: str) -> tuple[Callable[[bytes], Rpc], Callable[[Rpc], bytes]]:
+    """How an engine's RPCs are decoded and encoded: episub's protobuf on
+    /episub/1.0.0, pubsub's RPC on every other protocol."""
+    if protocol_id == EPISUB_ID:
+        return partial(decode_episub_rpc, message_id_function=message_id_function), encode_episub_rpc  # type: ignore[return-value]
+    return RpcDecoder(message_id_function).decode, encode_rpc
 
 
 class Node:
@@ -108,7 +128,10 @@ class Node:
         self.lag_path = Path(cfg.lag_path or cfg.trace_path + ".lag.json")
         self.uplink = Uplink(cfg.uplink_bps)
         self.rng = random.Random(f"runtime-{cfg.seed}")  # never the engine's RNG
-        self.decoder = RpcDecoder(cfg.message_id)
+        self.decode, self.encode = codec(self.engine.protocol_id, cfg.message_id)
+        self.dials_on_send = bool(getattr(self.engine, "dials_on_send", False))
+        self.address_book = {peer_id_from_b58(p.peer_id): p for p in cfg.address_book}
+        self.send_dials = SendDials(cfg.queue_len)
         self.poller = ReadPoller()  # reads every peer connection (node/libp2p/poller.py)
         self.links: dict[bytes, PeerLink] = {}
         self.topics: set[str] = set()
@@ -284,15 +307,8 @@ class Node:
         while True:
             await self._wait_dialable(expect)
             try:
-                with trio.fail_after(self.cfg.handshake_timeout_ms / 1000):
-                    stream = await trio.open_tcp_stream(host, port)
-                try:
-                    conn = await self._upgrade(stream, dialing=True, expect=expect)
-                except BaseException:
-                    await trio.aclose_forcefully(stream)
-                    raise
-            except (ProtocolError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
-                    OSError) as exc:
+                conn = await self._open(host, port, expect)
+            except DIAL_ERRORS as exc:
                 failures += 1
                 self.counters["dials_failed"] += 1
                 if failures == 1 or failures % 10 == 0:
@@ -307,7 +323,7 @@ class Node:
                 task_status.started(self.label(conn.peer_id))
                 reported = True
             if self._blocked(conn.peer_id):
-                await trio.aclose_forcefully(stream)
+                await trio.aclose_forcefully(conn.tcp)
                 admitted = False
             else:
                 admitted = await self._run_connection(conn, self.peer_id)
@@ -316,6 +332,61 @@ class Node:
             expect = expect or conn.peer_id
             backoff = first if admitted else min(backoff * 2, cap)
             await trio.sleep(backoff * (0.5 + self.rng.random()))
+
+    async def _open(self, host: str, port: int, expect: bytes | None) -> MuxedConnection:
+        """One dial: TCP, then the libp2p upgrade (DIAL_ERRORS when it fails)."""
+        with trio.fail_after(self.cfg.handshake_timeout_ms / 1000):
+            stream = await trio.open_tcp_stream(host, port)
+        try:
+            return await self._upgrade(stream, dialing=True, expect=expect)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+
+    def _hold(self, peer: bytes, rpc: Rpc, now: int, events: list) -> None:
+        """An RPC to a peer that is not ready: it waits for the connection,
+        which is dialled unless one is open or being dialled."""
+        if not self.send_dials.hold(peer, rpc):
+            self.counters["dropped"] += 1
+            events.append(rpc_event(TraceType.DROP_RPC, now, peer, rpc))
+            return
+        if peer not in self.links and self.send_dials.start(peer):
+            assert self._nursery is not None
+            self._nursery.start_soon(self._dial_on_send, peer)
+
+    async def _dial_on_send(self, peer: bytes) -> None:
+        """One attempt to the address book's address for `peer`; the
+        connection then lives as any other until it ends."""
+        addr = self.address_book.get(peer)
+        reason = "no address for it"
+        try:
+            if addr is not None and self._blocked(peer):
+                reason = "isolated from it"
+            elif addr is not None:
+                conn = await self._open(addr.host, addr.port, peer)
+                reason = "its connection ended before its pubsub stream opened"
+                if self._blocked(peer):
+                    await trio.aclose_forcefully(conn.tcp)
+                else:
+                    await self._run_connection(conn, self.peer_id)
+        except DIAL_ERRORS as exc:
+            reason = str(exc) or type(exc).__name__
+        finally:
+            self.send_dials.finished(peer)
+        link = self.links.get(peer)
+        if self.send_dials.waiting(peer) and (link is None or not link.ready.is_set()):
+            self._dial_failed(peer, reason)
+
+    def _dial_failed(self, peer: bytes, reason: str) -> None:
+        """What waited for `peer` is dropped, and the engine hears the
+        peer is unreachable."""
+        self.counters["dials_failed"] += 1
+        log.info("%s: dial on send to %s failed: %s", self.name, self.label(peer), reason)
+        now = self.clock.now_ns()
+        events = [rpc_event(TraceType.DROP_RPC, now, peer, rpc) for rpc in self.send_dials.release(peer)]
+        self.counters["dropped"] += len(events)
+        out = self.engine.remove_peer(now, peer)
+        self._apply(replace(out, trace=(*events, *out.trace)), now)
 
     def _admit(self, link: PeerLink) -> bool:
         existing = self.links.get(link.peer_id)
@@ -342,6 +413,8 @@ class Node:
         if link.ready.is_set():
             now = self.clock.now_ns()
             self._apply(self.engine.remove_peer(now, link.peer_id), now)
+        elif self.send_dials.waiting(link.peer_id) and not self.send_dials.dialing(link.peer_id):
+            self._dial_failed(link.peer_id, link.close_reason or reason)
         self._notify()
 
     async def _run_connection(self, conn: MuxedConnection, dialer: bytes) -> bool:
@@ -365,11 +438,14 @@ class Node:
         now = self.clock.now_ns()
         outbound = link.dialer == self.peer_id
         self._apply(self.engine.add_peer(now, link.peer_id, link.protocol, outbound=outbound), now)
+        held = self.send_dials.release(link.peer_id)
+        if held:
+            self._apply(Output(sends=tuple((link.peer_id, rpc) for rpc in held)), now)
 
     def _on_frame(self, link: PeerLink, frame: bytes) -> None:
         if self.links.get(link.peer_id) is not link:
             return  # a replaced connection's last words
-        rpc = self.decoder.decode(frame)  # WireError drops the peer
+        rpc = self.decode(frame)  # WireError drops the peer
         link.rpcs_in += 1
         self.counters["rpcs_in"] += 1
         now = self.clock.now_ns()
@@ -387,6 +463,9 @@ class Node:
         forwarded: dict[int, bytes | None] = {}  # a message forwarded alone to many peers is encoded once
         for peer, rpc in out.sends:
             link = self.links.get(peer)
+            if self.dials_on_send and (link is None or not link.ready.is_set()) and peer != self.peer_id:
+                self._hold(peer, rpc, now, events)
+                continue
             result = "dropped"
             if link is not None and link.ready.is_set():
                 frame = self._frame(rpc, forwarded)
@@ -412,11 +491,11 @@ class Node:
 
     def _frame(self, rpc: Rpc, forwarded: dict[int, bytes | None]) -> bytes | None:
         """The RPC framed for the wire; None when it exceeds max_frame."""
-        alone = len(rpc.publish) == 1 and not rpc.subscriptions and rpc.control is None
+        alone = type(rpc) is Rpc and len(rpc.publish) == 1 and not rpc.subscriptions and rpc.control is None
         if alone and id(rpc.publish[0]) in forwarded:
             return forwarded[id(rpc.publish[0])]
         try:
-            frame: bytes | None = encode_frame(encode_rpc(rpc), self.cfg.max_frame)
+            frame: bytes | None = encode_frame(self.encode(rpc), self.cfg.max_frame)
         except FrameError:
             frame = None
         if alone:

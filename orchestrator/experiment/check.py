@@ -41,11 +41,12 @@ _PARAM_TYPES = {
 }
 
 
-def load_experiment(path: Path) -> Experiment:
-    """Load and check an experiment file; InputError on any problem."""
+def load_experiment(path: Path, backend: str | None = None) -> Experiment:
+    """Load and check an experiment file; InputError on any problem. On a
+    `backend` the file gives `sizes:` for, its groups have those counts."""
     path = Path(path)
     raw, source = load_yaml(path)
-    return _Checker(source).experiment(read_document(raw, source), default_name=path.stem)
+    return _Checker(source).experiment(read_document(raw, source), default_name=path.stem, backend=backend)
 
 
 def parse_experiment(text: str, name: str = "<string>") -> Experiment:
@@ -117,9 +118,9 @@ class _Checker:
     def err(self, path: Path_, message: str) -> InputError:
         return self.src.error(path, message)
 
-    def experiment(self, doc: ExperimentFile, default_name: str) -> Experiment:
+    def experiment(self, doc: ExperimentFile, default_name: str, backend: str | None = None) -> Experiment:
         assign_paths(doc, ())
-        written = doc.groups if doc.groups is not None else [doc.nodes]
+        written = self.sized(doc, backend)
         single = len(written) == 1
         self.groups = tuple(self.group(g, single, doc.resources) for g in written)  # type: ignore[arg-type]
         self.node_names()
@@ -142,12 +143,25 @@ class _Checker:
             expectations=tuple(doc.expectations), duration=doc.duration, linger=linger, linger_auto=linger_auto,
             strict_traces=doc.strict_traces, time_dilation=doc.time_dilation,
             wire=wire, resources=doc.resources, source=self.src, single_group_form=doc.nodes is not None,
+            sizes={kind: dict(counts) for kind, counts in (doc.sizes or {}).items()},
         )
         if doc.variants is not None:
             base = dataclasses.replace(base, variant_set=self.variants(doc, base, written))  # type: ignore[arg-type]
         return base
 
     # -- nodes
+
+    def sized(self, doc: ExperimentFile, backend: str | None) -> list[Group]:
+        """The written groups, with the counts `sizes:` gives for `backend`;
+        every name in `sizes:` must be a group's, whichever backend runs."""
+        written: list[Group] = doc.groups if doc.groups is not None else [doc.nodes]  # type: ignore[list-item]
+        names = [g.name or "default" for g in written]
+        for kind, counts in (doc.sizes or {}).items():
+            for name in counts:
+                if name not in names:
+                    raise self.err(("sizes", kind, name), f"no group named {name!r} (groups: {', '.join(names)})")
+        counts = (doc.sizes or {}).get(backend, {})  # type: ignore[call-overload]
+        return [g.model_copy(update={"count": counts[n]}) if n in counts else g for g, n in zip(written, names)]
 
     def group(self, g: Group, single: bool, defaults: Resources | None) -> Group:
         if g.name is None and not single:

@@ -91,6 +91,11 @@ class ExperimentFile(Part):
                          "timers, workload, churn); traces and metrics stay on the experiment's clock "
                          "(docs/experiment-files.md)")
     wire: Wire = Field(default_factory=Wire)
+    sizes: dict[Literal["process", "docker", "swarm"], dict[str, v.integer("a node count", ge=1, le=v.MAX_NODES)]] | None = Field(  # type: ignore[valid-type]
+        None,
+        description="group counts on a backend that cannot host the file's own (by backend, then group name): "
+                    "`testbed run --backend docker` runs the file, and every variant, with these counts; "
+                    "`testbed sim` and other backends keep the file's (docs/experiment-files.md)")
     variants: dict[VariantName, Variant | None] | None = Field(
         None,
         description="the same experiment run once per variant, each overriding only routers, router "

@@ -50,6 +50,7 @@ class Experiment:
     single_group_form: bool = False  # written as `nodes:` rather than `groups:`
     variant: str | None = None  # which of its file's variants this is (None: the file itself)
     variant_set: tuple[tuple[str, Experiment], ...] = field(default=(), compare=False, repr=False)
+    sizes: dict[str, dict[str, int]] = field(default_factory=dict)  # the file's `sizes:` (backend -> group -> count)
 
     @property
     def file(self) -> str:
@@ -58,6 +59,11 @@ class Experiment:
     @property
     def resource_defaults(self) -> dict[str, Any]:
         return self.resources.dump() if self.resources else {}
+
+    def nodes_on(self, backend: str) -> int:
+        """How many nodes the file has on `backend`, after its `sizes:`."""
+        counts = self.sizes.get(backend, {})
+        return sum(counts.get(g.name or "default", g.count) for g in self.groups)
 
     def node_names(self) -> list[str]:
         return [name for g in self.groups for name in g.node_names()]

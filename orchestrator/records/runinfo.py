@@ -22,6 +22,7 @@ from typing import IO, Any
 from node.atomic import write_atomic
 from node.dilation import DilatedClock
 from orchestrator.experiment.model import ResolvedExperiment
+from orchestrator.experiment.network_paths import dials_anywhere, network_paths
 from orchestrator.routers.kinds import kind_of
 from orchestrator.routers.peers import peer_ids_b58
 
@@ -34,7 +35,9 @@ EVENTS_JSONL = "events.jsonl"
 def topology_dict(resolved: ResolvedExperiment) -> dict[str, Any]:
     """Nodes (with `peer_id`, the libp2p peer id their traces carry, as
     base58 text, and `adversary`: a sybil's behaviours, null for an honest
-    node) and overlay edges with their link parameters."""
+    node) and overlay edges with their link parameters; where a router dials
+    on send, the network's shortest paths from each publisher
+    (orchestrator/experiment/network_paths.py)."""
     peer_ids = peer_ids_b58(resolved)
     nodes = [
         {
@@ -51,6 +54,8 @@ def topology_dict(resolved: ResolvedExperiment) -> dict[str, Any]:
         edges.append({
             "a": a, "b": b, "latency_ms": link.latency_ms, "jitter_ms": link.jitter_ms, "loss": link.loss,
         })
+    if dials_anywhere(resolved):
+        return {"nodes": nodes, "edges": edges, "network_paths_ms": network_paths(resolved)}
     return {"nodes": nodes, "edges": edges}
 
 

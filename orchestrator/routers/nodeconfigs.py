@@ -14,7 +14,7 @@ from orchestrator.backends.api import NodeAddress
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.routers.kinds import kind_of
 from orchestrator.routers.peers import node_indices, peer_ids_b58
-from orchestrator.shaping.split import ShapingCapabilities, user_shape
+from orchestrator.shaping.split import ShapingCapabilities, linked_peers, user_shape
 
 
 def start_batches(resolved: ResolvedExperiment) -> tuple[list[str], list[str]]:
@@ -46,7 +46,9 @@ def build_configs(
     """Every node's NodeConfig. Each overlay edge is dialled as `dials` says; trace and lag files
     go straight into the run directory (a backend that runs nodes elsewhere
     rewrites these paths). Node i of the experiment has libp2p identity i;
-    peers are dialled, shaped and named by their peer ids. `resolved` is on
+    peers are dialled, shaped and named by their peer ids. A node whose
+    router dials on send (episub) knows, shapes and names every other node,
+    not only its overlay neighbours: its links go wherever its views do. `resolved` is on
     the wall clock (orchestrator/run/wallclock.py); `clock` is the experiment's."""
     neighbours = resolved.neighbours()
     dialled = dials(resolved)
@@ -56,6 +58,9 @@ def build_configs(
     for spec in resolved.nodes:
         me = spec.name
         addr = addresses[me]
+        known = linked_peers(resolved, me, neighbours)
+        book = tuple(PeerAddress(p, addresses[p].host, addresses[p].port, peer_id[p]) for p in known
+                     ) if kind_of(spec.router).engine.dials_on_send else ()
         configs[me] = NodeConfig(
             name=me, index=index[me], router=spec.router, seed=spec.seed,
             listen_host=addr.host, listen_port=addr.port,
@@ -63,8 +68,8 @@ def build_configs(
             token=token, trace_path=str(run_dir / "traces" / f"{me}.pb"),
             params=dict(spec.params), topics=tuple(spec.topics),
             initial_peers=tuple(PeerAddress(p, addresses[p].host, addresses[p].port, peer_id[p]) for p in dialled[me]),
-            shaping={peer_id[p]: user_shape(resolved.link(me, p), caps) for p in neighbours[me]},
-            peer_names={peer_id[p]: p for p in neighbours[me]},
+            shaping={peer_id[p]: user_shape(resolved.link(me, p), caps) for p in known},
+            peer_names={peer_id[p]: p for p in known}, address_book=book,
             default_shape=user_shape(resolved.default_link, caps),
             uplink_bps=None if caps.kernel_rate else spec.uplink_bps,
             lag_path=str(run_dir / "node-logs" / f"{me}.lag.json"),

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from node.config import LinkShape
 from orchestrator.experiment.model import LinkParams, ResolvedExperiment
+from orchestrator.routers.kinds import kind_of
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,15 @@ class KernelShaper(Protocol):
     ) -> list[str]: ...
 
 
+def linked_peers(resolved: ResolvedExperiment, me: str, neighbours: dict[str, list[str]]) -> list[str]:
+    """The peers a node may have a link to, which it is told about and
+    shaped towards: its overlay neighbours, or every other node when its
+    router dials on send (episub: its links go wherever its views do)."""
+    if not kind_of(resolved.node(me).router).engine.dials_on_send:
+        return neighbours[me]
+    return [spec.name for spec in resolved.nodes if spec.name != me]
+
+
 def kernel_shape(link: LinkParams) -> LinkShape:
     return LinkShape(delay_ms=link.latency_ms, jitter_ms=link.jitter_ms, loss=link.loss)
 
@@ -55,5 +65,6 @@ def shape_in_kernel(shaper: KernelShaper, resolved: ResolvedExperiment, caps: Sh
         return
     neighbours = resolved.neighbours()
     for name in names:
-        per_peer = {p: kernel_shape(resolved.link(name, p)) for p in neighbours[name]} if caps.kernel_delay else {}
+        known = linked_peers(resolved, name, neighbours) if caps.kernel_delay else []
+        per_peer = {p: kernel_shape(resolved.link(name, p)) for p in known}
         shaper.apply_kernel_shaping(name, per_peer, resolved.node(name).uplink_bps if caps.kernel_rate else None)
