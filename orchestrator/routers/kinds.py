@@ -156,12 +156,9 @@ def refuse_in_simulator(nodes: Any) -> None:
 
 
 def refuse_outside_simulator(nodes: Any, backend: str) -> None:
-    """Routers and adversaries only the simulator runs: InputError naming
-    the first node (a NodeSpec) that runs one."""
+    """Routers only the simulator runs: InputError naming the first node
+    (a NodeSpec) that runs one."""
     for spec in nodes:
-        if spec.adversary is not None:
-            raise InputError(f"the {backend} backend cannot run adversaries yet: {spec.name} (group {spec.group!r}) "
-                             "is a sybil, and only the simulator hosts them (docs/adversaries.md); use `testbed sim`")
         kind = ROUTERS.get(spec.router)
         if kind is not None and kind.simulator_only:
             raise InputError(f"the {backend} backend cannot run {spec.router} yet: {spec.name} (group {spec.group!r}) "
