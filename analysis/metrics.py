@@ -37,15 +37,16 @@ import pyarrow.parquet as pq
 
 from analysis import deliveries as dlv
 from analysis.completeness import check_complete
-from analysis.honest import honest_summary
+from analysis.honest import honest_summary, sybil_names, victim_names
 from analysis.ingest import SCHEMA as EVENTS_SCHEMA
 from analysis.ingest import IngestResult
 from analysis.idontwant import idontwant_summary
 from analysis.implementations import declared, per_implementation
 from analysis.mesh_churn import churn_summary, mesh_churn
 from analysis.mesh import mesh_link_changes, mesh_links_at, snapshot_times
+from analysis.mesh_sybils import mesh_sybil_samples, mesh_sybil_summary
 from analysis.rundir import RunDir
-from analysis.scores import read_scores, score_summary, scores_over_time
+from analysis.scores import read_scores, score_summary, scores_by_side, scores_over_time
 from analysis.spread import first_delivery_tree
 from node.trace.vocab import (
     ADD_PEER,
@@ -685,15 +686,21 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     mesh_samples, mesh_hist = mesh_degree(structure, ctx)
     _write_pandas(mesh_samples, out_dir / "mesh_degree.parquet")
     _write_pandas(mesh_hist, out_dir / "mesh_degree_hist.parquet")
-    snapshots = snapshot_times(int(msgs["publish_ts"].min()) if len(msgs) else None, ctx.churn, t0, ctx.teardown)
-    _write_pandas(mesh_links_at(mesh_link_changes(structure, ctx.resets), snapshots, t0),
-                  out_dir / "mesh_links.parquet")
+    first_publish = int(msgs["publish_ts"].min()) if len(msgs) else None
+    snapshots = snapshot_times(first_publish, ctx.churn, t0, ctx.teardown)
+    links = mesh_link_changes(structure, ctx.resets)
+    _write_pandas(mesh_links_at(links, snapshots, t0), out_dir / "mesh_links.parquet")
+    sybils, victims = sybil_names(run.topology_nodes()), victim_names(run.topology_nodes())
+    sybil_samples = mesh_sybil_samples(links, sybils, t0, ctx.t_end)
+    _write_pandas(sybil_samples, out_dir / "mesh_sybils.parquet")
 
     step("mesh churn, peer scores")
     churn = mesh_churn(structure, t0)
     _write_pandas(churn, out_dir / "mesh_churn.parquet")
     scores = read_scores(run.path)
     _write_pandas(scores_over_time(scores, t0), out_dir / "scores.parquet")
+    sybil_ids = {str(n["peer_id"]) for n in run.topology_nodes() if n.get("name") in sybils and n.get("peer_id")}
+    _write_pandas(scores_by_side(run.path, sybil_ids, sybils, t0), out_dir / "sybil_scores.parquet")
     duration_s = (ctx.t_end - t0) / NS if ctx.t_end > t0 else 0.0
     router = {
         "idontwant": idontwant_summary(per_node, ctx.publishes),
@@ -731,6 +738,7 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
                                   "down": sorted({n for n, start, end in ctx.down if start <= snap.t_ns < end})}
                                  for snap in snapshots]
     summary.update(honest_summary(run.topology_nodes(), deliveries_pd))
+    summary.update(mesh_sybil_summary(sybil_samples, sybils, victims, first_publish, t0, ctx.teardown))
     if declared(run.topology_nodes()):
         summary["implementations"] = per_implementation(run.topology_nodes(), nodes_df, per_node, deliveries_pd)
     return summary

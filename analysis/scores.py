@@ -19,6 +19,8 @@ NS = 1_000_000_000
 # the distribution per second: these quantiles of every (node, peer) score recorded in it
 QUANTILES = {"min": 0.0, "p10": 0.1, "p50": 0.5, "p90": 0.9, "max": 1.0}
 COLUMNS = ["t_s", "samples", "negative", *QUANTILES]
+SIDE_COLUMNS = {"t_s": "int64", "side": "object", "samples": "int64", "p10": "float64", "p50": "float64",
+                "p90": "float64"}
 
 
 def score_files(run_path: Path) -> list[Path]:
@@ -68,3 +70,21 @@ def score_summary(rows: pd.DataFrame) -> dict[str, Any] | None:
         "p50": float(np.quantile(s, 0.5)),
         "max": float(s.max()),
     }
+
+
+def scores_by_side(run_path: Path, sybil_ids: set[str], sybils: set[str], t0: int) -> pd.DataFrame:
+    """sybil_scores.parquet, in a run with sybils: the scores honest nodes
+    gave their peers, per second since t0 (floor) and per side of the peer
+    (`side`: "honest" or "sybil", by its base58 peer id in `sybil_ids`):
+    how many, and their p10, p50 and p90. How v1.1 tells the attackers
+    apart, or does not. Empty without sybils or score files."""
+    frames = [pd.read_csv(p, usecols=["time_ns", "peer", "score"]).dropna()
+              for p in score_files(run_path) if p.stem not in sybils] if sybil_ids else []
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not len(rows):
+        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in SIDE_COLUMNS.items()})
+    key = [((rows["time_ns"].astype("int64") - t0) // NS).rename("t_s"),
+           rows["peer"].isin(sybil_ids).map({True: "sybil", False: "honest"}).rename("side")]
+    g = rows["score"].astype("float64").groupby(key)
+    out = pd.DataFrame({"samples": g.size(), "p10": g.quantile(0.1), "p50": g.quantile(0.5), "p90": g.quantile(0.9)})
+    return out.reset_index().astype(SIDE_COLUMNS)[list(SIDE_COLUMNS)]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from node.dilation import DilatedClock
+from node.engine.adversary.spec import SybilSpec
 from node.engine.authenticity import STRICT, Authenticity
 from node.libp2p.identity import Identity, ed25519_seed_for_index, identity_for_index, peer_id_from_b58
 from node.wire.rpc import FROM_SEQNO
@@ -86,6 +87,9 @@ class NodeConfig:
     # and the wall time (ns) where the two clocks agree.
     time_dilation: float = 1.0
     clock_epoch_ns: int = 0
+    # A sybil's behaviours (docs/adversaries.md): the experiment's `adversary`
+    # keys with node names as peer ids (base58); None for an honest node.
+    adversary: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.security not in SECURITY_PROTOCOLS:
@@ -95,6 +99,8 @@ class NodeConfig:
         keyed = [("initial_peers", p.peer_id) for p in self.initial_peers]
         keyed += [("address_book", p.peer_id) for p in self.address_book]
         keyed += [("shaping", k) for k in self.shaping] + [("peer_names", k) for k in self.peer_names]
+        keyed += [(f"adversary.{key}", k) for key in ("eclipse", "censor_publishers")
+                  for k in (self.adversary or {}).get(key, ())]
         for where, text in keyed:
             try:
                 peer_id_from_b58(text)
@@ -114,6 +120,14 @@ class NodeConfig:
     def peer_id(self) -> bytes:
         """The node's libp2p peer id (the multihash bytes traces carry)."""
         return self.identity.peer_id
+
+    def sybil(self) -> SybilSpec | None:
+        """The node's sybil behaviours, None for an honest node."""
+        if self.adversary is None:
+            return None
+        ids = {key: frozenset(peer_id_from_b58(k) for k in self.adversary.get(key, ()))
+               for key in ("eclipse", "censor_publishers")}
+        return SybilSpec(**{**self.adversary, **ids})
 
     def auth(self) -> Authenticity:
         """The message authenticity policy the node's engine is given."""

@@ -1,7 +1,7 @@
 """Adversarial groups in experiment files: validated with FILE:LINE errors
 (exit 2), resolved into sybil nodes whose connections reach their eclipse
 targets, simulated (a censor's withheld forwards are DROP_RPC in its trace),
-and refused by the real backends."""
+and run by the router daemon on the process and docker backends."""
 
 from __future__ import annotations
 
@@ -16,9 +16,15 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run_cli
+from docker_fixtures import needs_docker
+from node.config import NodeConfig
+from node.engine.api import NS
 from node.trace.vocab import DROP_RPC
 from node.trace.file import read_trace
 from orchestrator.experiment.spec import load_experiment
+from orchestrator.routers.nodeconfigs import adversary_config
+from orchestrator.routers.peers import node_identities, peer_ids_b58
+from orchestrator.routers.sybils import sybil_spec
 
 TESTBED = Path(sys.executable).with_name("testbed")
 
@@ -86,6 +92,33 @@ def test_sybils_resolve_with_their_behaviours_and_edges_to_their_targets(tmp_pat
     assert resolved.node("h1").adversary is None
 
 
+def test_attack_degree_aims_each_sybil_at_that_many_honest_nodes(tmp_path) -> None:
+    resolved = load_experiment(write(tmp_path, FILE.replace("censor: true", "censor: true\n      attack_degree: 12"))).resolve(1)
+    neighbours = resolved.neighbours()
+    sybils = {f"s{i}" for i in range(6)}
+    for s in sybils:
+        assert len(set(neighbours[s]) - sybils) >= 12, s
+    again = load_experiment(write(tmp_path, FILE.replace("censor: true", "censor: true\n      attack_degree: 12"))).resolve(1)
+    assert again.edges == resolved.edges
+
+
+def test_a_sybils_node_config_carries_the_behaviours_the_simulator_builds(tmp_path) -> None:
+    """NodeConfig.adversary (peer ids as text, through JSON) gives the
+    daemon the same SybilSpec the simulator builds; a covert one waits for
+    the workload's start before it counts its `start`."""
+    resolved = load_experiment(write(tmp_path, FILE.replace("censor: true", "censor: true\n      start: 3s"))).resolve(1)
+    spec = resolved.node("s0").adversary
+    cfg = NodeConfig(name="s0", router="gossipsub", seed=1, listen_host="h", listen_port=1, control_host="h",
+                     control_port=2, token="t", trace_path="/dev/null", index=20,
+                     adversary=adversary_config(spec, peer_ids_b58(resolved)))
+    sybil = NodeConfig.from_json(cfg.to_json()).sybil()
+    raw = {name: ident.peer_id for name, ident in node_identities(resolved).items()}
+    assert sybil == sybil_spec(spec, raw)
+    (waiting,) = sybil.behaviours(None)
+    (covert,) = sybil.behaviours(10 * NS)
+    assert covert.at == 13 * NS and waiting.at > covert.at and covert.then == waiting.then
+
+
 def test_the_simulator_runs_sybils_and_their_traces_show_what_they_withheld(tmp_path) -> None:
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
@@ -100,9 +133,35 @@ def test_the_simulator_runs_sybils_and_their_traces_show_what_they_withheld(tmp_
     assert by_name["s0"]["adversary"]["eclipse"] == ["h0"] and by_name["h0"]["adversary"] is None
 
 
-def test_the_process_backend_refuses_sybils_with_exit_2(tmp_path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "COLUMNS": "300"}
-    done = subprocess.run([TESTBED, "run", str(write(tmp_path, FILE)), "--backend", "process",
-                           "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env)
-    assert done.returncode == 2, done.stderr
-    assert "cannot run adversaries yet" in done.stderr and "s0" in done.stderr
+COVERT = """\
+  - name: covert
+    count: 3
+    router: gossipsub
+    prefix: c
+    adversary: {censor: true, start: 4s}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["process", "docker"])
+def test_real_backends_run_sybils_and_covert_ones_switch_at_their_start(backend, tmp_path) -> None:
+    """The router daemon wraps its engine in the sybil's behaviours: the
+    eclipsing censors withhold from the start, the covert ones only from
+    `start` seconds after the workload began (which the controller tells
+    them), and the honest nodes withhold nothing."""
+    if backend == "docker" and needs_docker.args[0]:
+        pytest.skip(needs_docker.kwargs["reason"])
+    text = FILE.replace("overlay:", COVERT + "overlay:")
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+           "TESTBED_STATE_DIR": str(tmp_path / "state")}
+    env.pop("SPARK_REMOTE", None)
+    done = subprocess.run([TESTBED, "run", str(write(tmp_path, text)), "--backend", backend, "--out", str(out),
+                           "--no-report"], capture_output=True, text=True, env=env, timeout=600,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    drops = {p.stem: [ev.timestamp for ev in read_trace(p) if ev.type == DROP_RPC] for p in (out / "traces").glob("*.pb")}
+    assert all(drops[f"s{i}"] for i in range(6)) and all(drops[f"c{i}"] for i in range(3))
+    assert not any(drops[f"h{i}"] for i in range(20))
+    workload_t0 = json.loads((out / "manifest.json").read_text())["workload_t0_ns"]
+    assert min(min(drops[f"c{i}"]) for i in range(3)) >= workload_t0 + 4 * 10**9

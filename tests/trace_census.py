@@ -126,9 +126,13 @@ class Census:
     expected_deliveries: int = 0
     deliveries: int = 0
     delivered_by_node: Counter = field(default_factory=Counter)
+    expected_by_node: Counter = field(default_factory=Counter)
     unexpected_deliveries: int = 0
     repeated_delivers: int = 0  # DELIVER events of a message a node had delivered before (a restart lost its seen-cache)
     latencies_ms: list[float] = field(default_factory=list)
+    first_publish_ns: int | None = None
+    # node -> its mesh changes in trace order: (ts, "graft" | "prune" | "remove" | "leave", topic, peer)
+    mesh_log: dict[str, list[tuple[int, str, str, str]]] = field(default_factory=lambda: defaultdict(list))
 
     @property
     def delivery_ratio(self) -> float | None:
@@ -226,8 +230,16 @@ def count(run: Path, traces: Path | None = None) -> Census:
                 _count_control(meta.control, c.control_sent if ev.type == T.SEND_RPC else c.control_received)
             elif ev.type in (T.GRAFT, T.PRUNE):
                 c.mesh_changes[((ev.timestamp - t0) // MINUTE_NS, node, ev.type)] += 1
+                change = ev.graft if ev.type == T.GRAFT else ev.prune
+                c.mesh_log[node].append((ev.timestamp, "graft" if ev.type == T.GRAFT else "prune", change.topic,
+                                         _node_of(change.peerID, names)))
+            elif ev.type == T.REMOVE_PEER:
+                c.mesh_log[node].append((ev.timestamp, "remove", "", _node_of(ev.removePeer.peerID, names)))
+            if ev.type == T.LEAVE:
+                c.mesh_log[node].append((ev.timestamp, "leave", ev.leave.topic, ""))
     down = _down_intervals(run)
     c.messages = len(published)
+    c.first_publish_ns = min((ts for ts, _, _ in published.values()), default=None)
     everyone = set(topics_of) | c.nodes_with_records
     for m, (ts, topic, pubs) in published.items():
         for node in everyone:
@@ -239,6 +251,7 @@ def count(run: Path, traces: Path | None = None) -> Census:
                 c.unexpected_deliveries += (node, m) in first_deliver
                 continue
             c.expected_deliveries += 1
+            c.expected_by_node[node] += 1
             got = first_deliver.get((node, m))
             if got is not None:
                 c.deliveries += 1
@@ -377,3 +390,104 @@ def assert_agrees(run: Path, census: Census, summary: dict | None = None) -> Non
     messages = pq.read_table(run / "metrics" / "messages.parquet").to_pandas()
     assert int(messages["delivered"].sum()) == census.deliveries
     assert int(messages["expected"].sum()) == census.expected_deliveries
+    if s.get("sybils"):
+        assert_attack_agrees(run, census, s)
+
+
+def assert_attack_agrees(run: Path, census: Census, summary: dict) -> None:
+    """A run with sybils: the honest and victim deliveries and the sybil
+    share of honest meshes, against the census."""
+    nodes = _topology_nodes(run)
+    sybils = {n["name"] for n in nodes if n.get("adversary")}
+    victims = {t for n in nodes if n.get("adversary") for t in n["adversary"].get("eclipse") or ()}
+    for who, among in (("honest", lambda n: n not in sybils), ("victim", lambda n: n in victims)):
+        expected = sum(v for n, v in census.expected_by_node.items() if among(n))
+        delivered = sum(v for n, v in census.delivered_by_node.items() if among(n))
+        if who == "honest" or victims:
+            assert (summary[f"{who}_expected_deliveries"], summary[f"{who}_deliveries"]) == (expected, delivered), who
+    for key, want in mesh_sybil_figures(run, census).items():
+        got = summary[key]
+        assert (got is None and want is None) or abs(got - want) <= 1e-9, (key, got, want)
+    by_side = pq.read_table(run / "metrics" / "sybil_scores.parquet").to_pandas()
+    counted = scores_by_side(run, {n["peer_id"] for n in nodes if n["name"] in sybils}, sybils)
+    got = {(int(r.t_s), r.side): (int(r.samples), float(r.p50)) for r in by_side.itertuples()}
+    assert set(got) == set(counted)
+    for key, values in counted.items():
+        assert got[key][0] == len(values) and abs(got[key][1] - _percentile(values, 0.5)) <= 1e-9, key
+
+
+def scores_by_side(run: Path, sybil_ids: set[str], sybils: set[str]) -> dict[tuple[int, str], list[float]]:
+    """The scores honest nodes recorded, by whole second since t0 and side
+    of the peer (honest or sybil), read with the csv module."""
+    t0 = run_t0(run)
+    out: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for path in sorted((run / "scores").glob("*.csv")):
+        if path.stem in sybils:
+            continue
+        with path.open(newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get("score"):
+                    side = "sybil" if row["peer"] in sybil_ids else "honest"
+                    out[((int(row["time_ns"]) - t0) // 10**9, side)].append(float(row["score"]))
+    return out
+
+
+
+def _teardown(run: Path) -> int:
+    """When the teardown began: events.jsonl's first run_end."""
+    return min(int(ev["t_ns"]) for ev in _events(run) if ev.get("kind") == "run_end")
+
+
+def mesh_sybil_figures(run: Path, census: Census) -> dict:
+    """summary.json's mesh_sybil_* figures counted by hand: each honest
+    node's mesh replayed from its own GRAFT/PRUNE/REMOVE_PEER/LEAVE records
+    (no churn: a node_down reset is not replayed), sampled at t0 + k s from
+    the first publish until the teardown, sybils / mesh where the mesh is
+    not empty."""
+    nodes = _topology_nodes(run)
+    sybils = {n["name"] for n in nodes if n.get("adversary")}
+    victims = {t for n in nodes if n.get("adversary") for t in n["adversary"].get("eclipse") or ()}
+    t0, end = run_t0(run), _teardown(run)
+    shares: list[tuple[int, float]] = []  # (second, share)
+    victim_shares: list[tuple[int, float]] = []
+    for node, log in census.mesh_log.items():
+        if node in sybils or census.first_publish_ns is None:
+            continue
+        k = -(-(census.first_publish_ns - t0) // 10**9)
+        while t0 + k * 10**9 < end:
+            for topic, mesh in _mesh_at(log, t0 + k * 10**9).items():
+                if mesh:
+                    share = len(mesh & sybils) / len(mesh)
+                    shares.append((k, share))
+                    if node in victims:
+                        victim_shares.append((k, share))
+            k += 1
+    out = {}
+    for prefix, got in (("", shares if sybils else []), ("victim_", victim_shares)):
+        values = [v for _, v in got]
+        last = max((k for k, _ in got), default=None)
+        at_end = [v for k, v in got if k == last]
+        out[f"{prefix}mesh_sybil_fraction_max"] = max(values) if values else None
+        out[f"{prefix}mesh_sybil_fraction_mean"] = sum(values) / len(values) if values else None
+        out[f"{prefix}mesh_sybil_fraction_end"] = sum(at_end) / len(at_end) if at_end else None
+    out["victim_mesh_all_sybil_share"] = (
+        sum(v == 1.0 for _, v in victim_shares) / len(victim_shares) if victim_shares else None)
+    return out
+
+
+def _mesh_at(log: list[tuple[int, str, str, str]], at: int) -> dict[str, set[str]]:
+    """A node's meshes by topic after its records up to `at` (inclusive)."""
+    meshes: dict[str, set[str]] = defaultdict(set)
+    for ts, what, topic, peer in log:
+        if ts > at:
+            break
+        if what == "graft":
+            meshes[topic].add(peer)
+        elif what == "prune":
+            meshes[topic].discard(peer)
+        elif what == "remove":
+            for mesh in meshes.values():
+                mesh.discard(peer)
+        else:
+            meshes[topic].clear()
+    return meshes

@@ -5,6 +5,7 @@ and never fetches anything (docs/report.md).
 Split by concept:
     data.py           what the report reads from a run directory
     charts.py         metrics -> chart specs (one function per chart)
+    attack.py         the "Under attack" section of a run with sybils
     overlay.py        the overlay, meshes and per-node figures as graph specs
     dissemination.py  a message's first-delivery tree as a graph spec
     specs.py          the spec vocabulary; colours.py: one colour per group
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import jinja2
 
-from analysis.report import charts, colours, dissemination, overlay, tables
+from analysis.report import attack, charts, colours, dissemination, overlay, tables
 from analysis.report.data import RunData, load
 from analysis.report.draw import svg
 from analysis.report.specs import Figure, GraphChart, Panels
@@ -45,6 +46,8 @@ def _sections(d: RunData) -> list[tuple[str, str, list[dict]]]:
                     _drawn([*overlay.mesh_pictures(d, c, lay), *overlay.per_node_pictures(d, c, lay)])))
     out.append(("spread", "A message's spread",
                 _drawn([charts.reached_over_time(d, c), *dissemination.tree_pictures(d, c)])))
+    if d.summary.get("sybils"):
+        out.append(("attack", "Under attack: sybils in honest meshes, and their scores", _drawn(attack.figures(d))))
     if (panels := charts.implementation_panels(d, c)) is not None:
         out.append(("implementations", "Per implementation", _drawn([panels])))
     out.append(("charts", "Charts", _drawn([chart(d, c) for chart in charts.RUN_CHARTS])))

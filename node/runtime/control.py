@@ -17,6 +17,8 @@ does nothing. Commands:
     disconnect   peer                                       close one connection
     isolate      [peers]   close and refuse connections to peers (all when absent)
     rejoin       [peers]   undo isolate
+    workload_start  t_ns                 the workload began at t_ns (engine clock): a covert
+                                         sybil's `start` counts from then
     drain                                the end of a run: LEAVE every topic, answer when the
                                          queues are empty (bounded); the node keeps receiving
     shutdown                             graceful: LEAVE (PRUNE), flush, exit 0
@@ -132,6 +134,9 @@ async def handle(node: Node, req: Any) -> dict[str, Any]:
             return {"ok": True, "closed": node.isolate(_peers(req))}
         if cmd == "rejoin":
             node.rejoin(_peers(req))
+            return {"ok": True}
+        if cmd == "workload_start":
+            node.workload_started(_int(req, "t_ns"))
             return {"ok": True}
         if cmd == "drain":
             await node.drain()

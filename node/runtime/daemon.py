@@ -68,6 +68,7 @@ import trio
 from node.wire.codec import FrameError, encode_frame
 from node.config import LinkShape, NodeConfig, PeerAddress
 from node.engine import TraceType, make_router
+from node.engine.adversary import Sybil
 from node.engine.api import Output, protocol_order
 from node.wire.episub import EPISUB_ID, decode_episub_rpc, encode_episub_rpc
 from node.libp2p.identity import INJECTOR_INDEX, identity_for_index, peer_id_from_b58, peer_id_to_b58
@@ -116,7 +117,9 @@ class Node:
         self.identity = cfg.identity
         self.peer_id = self.identity.peer_id
         self.auth = cfg.auth()
-        self.engine = make_router(cfg.router, self.peer_id, cfg.seed, cfg.params, auth=self.auth)
+        self.sybil = cfg.sybil()  # None: an honest node
+        behaviours = self.sybil.behaviours(None) if self.sybil else ()
+        self.engine = make_router(cfg.router, self.peer_id, cfg.seed, cfg.params, auth=self.auth, behaviours=behaviours)
         preferred = self.engine.protocol_id
         self.protocols = protocol_order(preferred, self.engine.supported_protocols)
         self.names = {peer_id_from_b58(pid): name for pid, name in cfg.peer_names.items()}
@@ -503,6 +506,12 @@ class Node:
         return frame
 
     # What the control endpoint calls
+
+    def workload_started(self, t_ns: int) -> None:
+        """The workload began at `t_ns` on the engine's clock: a covert sybil
+        now knows when to switch (node/engine/adversary/spec.py)."""
+        if isinstance(self.engine, Sybil) and self.sybil is not None:
+            self.engine.behaviours = self.sybil.behaviours(t_ns)
 
     def subscribe(self, topic: str) -> None:
         self.topics.add(topic)

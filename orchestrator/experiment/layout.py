@@ -69,12 +69,19 @@ def _weighted(rng: random.Random, choices: tuple[tuple[T, int], ...]) -> T:
 
 def overlay(exp: Experiment, seed: int, names: list[str]) -> list[tuple[str, str]]:
     """The overlay the file asks for, plus an edge from every eclipsing
-    sybil to each of its targets (an adversary aims its connections)."""
+    sybil to each of its targets and, with `attack_degree: k`, to k honest
+    nodes drawn for it (an adversary aims its connections)."""
     edges = _drawn_overlay(exp, seed, names)
     have = {graphs.edge(*e) for e in edges}
+    sybils = {n for g in exp.groups if g.adversary is not None for n in g.node_names()}
+    honest = [n for n in names if n not in sybils]
     for g in exp.groups:
-        for target in (g.adversary.eclipse or ()) if g.adversary is not None else ():
-            for sybil in g.node_names():
+        adv = g.adversary
+        for sybil in g.node_names() if adv is not None else ():
+            aimed = list(adv.eclipse or ())
+            if adv.attack_degree:
+                aimed += derive_rng(seed, "attack", sybil).sample(honest, min(adv.attack_degree, len(honest)))
+            for target in aimed:
                 if graphs.edge(sybil, target) not in have:
                     have.add(graphs.edge(sybil, target))
                     edges.append(graphs.edge(sybil, target))

@@ -174,7 +174,9 @@ def router_params_schema(schema: dict[str, Any]) -> None:
 class Adversary(Part):
     """What a group's nodes do as sybils (docs/adversaries.md). Each key is
     one behaviour of node/engine/adversary/; they combine. `start` makes the
-    sybils covert: honest until then (workload seconds). Node names are
+    sybils covert: honest until then (workload seconds); `attack_degree`
+    aims each sybil's connections at that many honest nodes (the report's
+    attack degree), on top of the overlay. Node names are
     checked against the file in orchestrator/experiment/adversary.py."""
 
     censor: v.Flag = False
@@ -186,6 +188,7 @@ class Adversary(Part):
     ihave_flood: v.integer("made-up ids per IHAVE", ge=1, le=100_000) | None = None  # type: ignore[valid-type]
     iwant_flood: v.integer("repeats of each IWANT", ge=1, le=1_000) | None = None  # type: ignore[valid-type]
     graft_during_backoff: v.Flag = False
+    attack_degree: v.integer("honest nodes each sybil connects to", ge=1, le=v.MAX_DEGREE) | None = None  # type: ignore[valid-type]
     start: v.Time = 0.0
 
     @model_validator(mode="after")

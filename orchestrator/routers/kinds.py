@@ -162,15 +162,6 @@ def refuse_in_simulator(nodes: Any) -> None:
                              "(or process, for the adapters)")
 
 
-def refuse_outside_simulator(nodes: Any, backend: str) -> None:
-    """Adversaries only the simulator runs: InputError naming the first
-    node (a NodeSpec) that is one."""
-    for spec in nodes:
-        if spec.adversary is not None:
-            raise InputError(f"the {backend} backend cannot run adversaries yet: {spec.name} (group {spec.group!r}) "
-                             "is a sybil, and only the simulator hosts them (docs/adversaries.md); use `testbed sim`")
-
-
 def _target(spec: str, what: str) -> Callable[..., Any]:
     module, _, name = spec.partition(":")
     try:

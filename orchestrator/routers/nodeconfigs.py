@@ -6,12 +6,14 @@ read them back from the files the testbed record names (`recorded_configs`)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from node.config import NodeConfig, PeerAddress
 from node.dilation import DilatedClock
 from orchestrator.backends.api import NodeAddress
-from orchestrator.experiment.model import ResolvedExperiment
+from orchestrator.experiment.model import AdversarySpec, ResolvedExperiment
 from orchestrator.routers.kinds import kind_of
 from orchestrator.routers.peers import node_indices, peer_ids_b58
 from orchestrator.shaping.split import ShapingCapabilities, linked_peers, user_shape
@@ -76,5 +78,15 @@ def build_configs(
             scores_path=str(run_dir / "scores" / f"{me}.csv") if kind_of(spec.router).engine.scores_peers else "",
             security=resolved.security, authenticity=resolved.authenticity, message_id=resolved.message_id,
             time_dilation=clock.factor, clock_epoch_ns=clock.epoch_ns,
+            adversary=adversary_config(spec.adversary, peer_id),
         )
     return configs
+
+
+def adversary_config(spec: AdversarySpec | None, peer_id: dict[str, str]) -> dict[str, Any] | None:
+    """NodeConfig.adversary: the sybil's keys with node names as peer ids (base58)."""
+    if spec is None:
+        return None
+    return {**asdict(spec), "eclipse": [peer_id[n] for n in spec.eclipse],
+            "censor_publishers": [peer_id[n] for n in spec.censor_publishers]}
+

@@ -59,6 +59,7 @@ from orchestrator.run.wallclock import on_wall_clock
 from orchestrator.run.drain import DRAIN_S, drain
 from orchestrator.run.workload import (
     QUIET_POLL_S, last_action_s, linger_until_quiet, publish, run_timeline, sleep_until, start_lag_window,
+    tell_covert_sybils,
 )
 
 
@@ -267,6 +268,8 @@ class Controller:
         if late is not None:
             self._warn(late)
         self._set_status("running", workload_t0_ns=t0)
+        if silent := tell_covert_sybils(resolved, self.nodes, self.backend, self.writer.clock.virtual_ns(t0)):
+            self._warn(f"covert sybils that did not learn when the workload began stay honest: {', '.join(silent)}")
         run_timeline(resolved, t0, self.reporter, self.publish, lambda action: self.churn(action, wait=False))
         if resolved.linger_auto:
             sleep_until(t0 + round(last_action_s(resolved) * 1e9))

@@ -95,6 +95,19 @@ def run_timeline(
             advance(1)
 
 
+def tell_covert_sybils(resolved: ResolvedExperiment, nodes: Mapping[str, NodeState], backend: Backend,
+                       t_ns: int) -> list[str]:
+    """Every covert sybil (an adversary with a `start`) learns that the
+    workload began at `t_ns` on the routers' clock, so its attack starts
+    `start` seconds later, as in the simulator. The sybils that did not
+    answer, which stay honest."""
+    covert = {n: st for n, st in nodes.items() if (a := resolved.node(n).adversary) is not None and a.start > 0}
+    if not covert:
+        return []
+    answers = ask_each(covert, backend, "workload_start", 5.0, t_ns=t_ns)
+    return sorted(n for n, a in answers.items() if a is None)
+
+
 def last_action_s(resolved: ResolvedExperiment) -> float:
     return max([0.0, *(p.at for p in resolved.publishes), *(c.at for c in resolved.churn)])
 
