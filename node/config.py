@@ -82,14 +82,19 @@ class NodeConfig:
     # and the wall time (ns) where the two clocks agree.
     time_dilation: float = 1.0
     clock_epoch_ns: int = 0
+    # Every other node's address, for the dials the router asks for (PX); a peer not listed is not dialled.
+    peer_book: tuple[PeerAddress, ...] = ()
+    # P5 this node's router gives its peers (gossipsub v1.1+), by peer id (base58); peers not named: 0.
+    app_specific_scores: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.security not in SECURITY_PROTOCOLS:
             raise ValueError(f"security must be one of {', '.join(SECURITY_PROTOCOLS)}, not {self.security!r}")
         ed25519_seed_for_index(self.index)  # ValueError when it is no u32
         DilatedClock(self.clock_epoch_ns, self.time_dilation)  # ValueError when the dilation is out of range
-        keyed = [("initial_peers", p.peer_id) for p in self.initial_peers]
+        keyed = [("initial_peers", p.peer_id) for p in self.initial_peers] + [("peer_book", p.peer_id) for p in self.peer_book]
         keyed += [("shaping", k) for k in self.shaping] + [("peer_names", k) for k in self.peer_names]
+        keyed += [("app_specific_scores", k) for k in self.app_specific_scores]
         for where, text in keyed:
             try:
                 peer_id_from_b58(text)
@@ -122,6 +127,7 @@ class NodeConfig:
         raw = json.loads(text)
         raw["topics"] = tuple(raw.get("topics", ()))
         raw["initial_peers"] = tuple(PeerAddress(**p) for p in raw.get("initial_peers", ()))
+        raw["peer_book"] = tuple(PeerAddress(**p) for p in raw.get("peer_book", ()))
         raw["shaping"] = {k: LinkShape(**v) for k, v in raw.get("shaping", {}).items()}
         raw["default_shape"] = LinkShape(**raw.get("default_shape", {}))
         return cls(**raw)

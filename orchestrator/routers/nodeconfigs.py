@@ -81,6 +81,10 @@ def build_configs(
             scores_path=str(run_dir / "scores" / f"{me}.csv") if router_kind(spec.router).scores_peers else "",
             security=resolved.security, authenticity=resolved.authenticity, message_id=resolved.message_id,
             time_dilation=clock.factor, clock_epoch_ns=clock.epoch_ns,
+            app_specific_scores={peer_id[p]: v for p, v in resolved.app_specific_scores(me).items()}
+            if router_kind(spec.router).scores_peers else {},
+            peer_book=tuple(PeerAddress(p, addresses[p].host, addresses[p].port, peer_id[p])
+                            for p in addresses if p != me) if router_kind(spec.router).scores_peers else (),
         )
     return configs
 
