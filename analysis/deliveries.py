@@ -374,6 +374,40 @@ def in_flight(
     }
 
 
+def stayed_up(deliveries: pa.Table, down: list[tuple[str, int, int]]) -> dict[str, int | float | None]:
+    """summary.json's `stayed_up`: delivery to the expected recipients that
+    stayed up until the message reached them, or, for one it never reached,
+    until it stopped spreading: its last first delivery to anyone
+    (`deliveries`: msg, node, publish_ts, deliver_ts). A recipient that went
+    down after the publish and before then (`down`: node, start, end; a churn
+    kill of a node the message had not reached yet) is counted in
+    `went_down` and left out; one that stayed up and missed the message is a
+    miss here as in `delivery_ratio`."""
+    msg_codes, _ = pd.factorize(deliveries["msg"].to_numpy(zero_copy_only=False))
+    nodes = deliveries["node"].to_numpy(zero_copy_only=False)
+    pub = deliveries["publish_ts"].to_numpy(zero_copy_only=False).astype(np.int64)
+    got = deliveries["deliver_ts"].is_valid().to_numpy(zero_copy_only=False)
+    dlv_ts = deliveries["deliver_ts"].fill_null(np.iinfo(np.int64).min).to_numpy(zero_copy_only=False)
+    last = np.full(int(msg_codes.max()) + 1 if len(msg_codes) else 0, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last, msg_codes, dlv_ts.astype(np.int64))
+    spread_end = np.maximum(last[msg_codes], pub) if len(msg_codes) else pub
+    until = np.where(got, dlv_ts, spread_end)
+    went = np.zeros(len(pub), dtype=bool)
+    rows_of = pd.Series(np.arange(len(nodes))).groupby(nodes).indices if len(nodes) else {}
+    for node, start, _end in down:
+        rows = rows_of.get(node)
+        if rows is not None:
+            went[rows] |= (pub[rows] < start) & (start <= until[rows])
+    expected = int((~went).sum())
+    delivered = int((got & ~went).sum())
+    return {
+        "expected": expected,
+        "delivered": delivered,
+        "delivery_ratio": delivered / expected if expected else None,
+        "went_down": int(went.sum()),
+    }
+
+
 def cdf_frame(lat: LatencyDistribution, points: list[float]) -> pd.DataFrame:
     """latency_cdf.parquet: the quantile points and their latency (empty without deliveries)."""
     df = pd.DataFrame({"quantile": points, "latency_ms": lat.q if lat.q else [math.nan] * len(points)})

@@ -732,6 +732,7 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
         has_lb=bool(edges),
         has_sizes=has_sizes,
         in_flight=in_flight,
+        stayed_up=dlv.stayed_up(table, ctx.down),
         router=router,
     )
     summary["mesh_snapshots"] = [{"t_s": (snap.t_ns - t0) / NS, "label": snap.label,
@@ -777,6 +778,7 @@ def summarize(
     has_lb: bool,
     has_sizes: bool,
     in_flight: dict[str, int],
+    stayed_up: dict[str, Any],
     router: dict[str, Any],
 ) -> dict[str, Any]:
     """summary.json's figures from the stages' driver-side results; `router`:
@@ -867,6 +869,7 @@ def summarize(
         "recovery_max_s": recovery_max,
         "recovered_all": (all(r["recovered"] for r in rec_done) if rec_done else None),
         "in_flight": in_flight,
+        "stayed_up": stayed_up,
         **router,
         "t0_ns": t0,
         "duration_s": (ctx.t_end - t0) / NS if ctx.t_end > t0 else 0.0,
@@ -895,7 +898,7 @@ def flat_aliases(summary: dict[str, Any]) -> dict[str, Any]:
     out["dropped_rpcs"] = summary["rpcs"]["dropped"]
     for k, v in summary["in_flight"].items():
         out[k] = v
-    for group in ("idontwant", "prune", "mesh_churn"):
+    for group in ("stayed_up", "idontwant", "prune", "mesh_churn"):
         for k, v in summary[group].items():
             out[f"{group}_{k}"] = v
     return out

@@ -5,10 +5,11 @@ configuration is a value that can be logged, compared and replayed.
 A node is a libp2p peer: its identity is derived from its experiment `index`
 (node/libp2p/identity.py), peers are known by peer id (base58 text in the file), and
 `peer_names` gives the experiment's names for the peers it may meet, so that
-status and the control endpoint keep speaking names. A router that dials on
-send (episub: its views reach beyond its contacts) is also given
-`address_book`, where to dial every other node of the experiment: the
-experiment is its peerstore, as a libp2p host's is filled by discovery."""
+status and the control endpoint keep speaking names. A router that asks for
+connections of its own (episub dials whom its views send to; gossipsub
+v1.1+ dials the peers PX names) is also given `address_book`, where to dial
+every other node of the experiment: the experiment is its peerstore, as a
+libp2p host's is filled by discovery."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ class NodeConfig:
     handshake_timeout_ms: int = 5000
     security: str = "noise"  # the libp2p security protocol: noise or plaintext
     peer_names: dict[str, str] = field(default_factory=dict)  # peer id (base58) -> name
-    address_book: tuple[PeerAddress, ...] = ()  # where to dial a peer the engine sends to unconnected
+    address_book: tuple[PeerAddress, ...] = ()  # where to dial a peer the engine asks for (dial on send, PX)
     # The network's message authenticity (the experiment's `wire:`).
     authenticity: str = STRICT  # strict | author | anonymous
     message_id: str = FROM_SEQNO  # from-seqno | first-8-bytes
@@ -90,6 +91,8 @@ class NodeConfig:
     # A sybil's behaviours (docs/adversaries.md): the experiment's `adversary`
     # keys with node names as peer ids (base58); None for an honest node.
     adversary: dict[str, Any] | None = None
+    # P5 this node's router gives its peers (gossipsub v1.1+), by peer id (base58); peers not named: 0.
+    app_specific_scores: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.security not in SECURITY_PROTOCOLS:
@@ -101,6 +104,7 @@ class NodeConfig:
         keyed += [("shaping", k) for k in self.shaping] + [("peer_names", k) for k in self.peer_names]
         keyed += [(f"adversary.{key}", k) for key in ("eclipse", "censor_publishers")
                   for k in (self.adversary or {}).get(key, ())]
+        keyed += [("app_specific_scores", k) for k in self.app_specific_scores]
         for where, text in keyed:
             try:
                 peer_id_from_b58(text)

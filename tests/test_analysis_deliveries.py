@@ -140,3 +140,24 @@ def test_expected_recipients_and_first_deliveries_follow_the_definition():
         ]
         assert sorted(zip(unmatched["msg"].to_pylist(), unmatched["node"].to_pylist()), key=str) \
             == sorted((k for k in got if k not in expected_pairs or k[0] is None), key=str)
+
+
+def test_stayed_up_leaves_out_recipients_that_went_down_before_the_message_reached_them():
+    """m1 spreads from 0 to 300 ms (its last first delivery, to C). B is
+    killed at 200 ms before it got m1, and C at 150 ms, getting m1 only after
+    its restart: both went down, left out. A is killed at 200 ms after it got
+    m1 at 100 ms: a delivery. D is killed at 400 ms, after m1 stopped
+    spreading, without having it: a miss. E was killed at exactly the
+    publish (not after it): a miss too. m2 reaches nobody: its window is its
+    publish alone, so C's fall a nanosecond later does not count."""
+    ms = 1_000_000
+    rows = pa.table({
+        "msg": ["m1", "m1", "m1", "m1", "m1", "m2", "m2"],
+        "node": ["A", "B", "C", "D", "E", "B", "C"],
+        "publish_ts": [0, 0, 0, 0, 0, 1000 * ms, 1000 * ms],
+        "deliver_ts": pa.array([100 * ms, None, 300 * ms, None, None, None, None], pa.int64()),
+    })
+    down = [("A", 200 * ms, 250 * ms), ("B", 200 * ms, 2000 * ms), ("C", 150 * ms, 250 * ms), ("D", 400 * ms, 500 * ms),
+            ("E", 0, 50 * ms), ("C", 1000 * ms + 1, 1200 * ms)]
+    got = dlv.stayed_up(rows, down)
+    assert got == {"expected": 5, "delivered": 1, "delivery_ratio": 1 / 5, "went_down": 2}

@@ -69,3 +69,62 @@ def test_analysis_reads_v12_traces_with_idontwant_as_protobuf_does(tmp_path, mon
     path = tmp_path / "run" / "traces" / "n0.pb"
     assert any(ev.sendRPC.meta.control.idontwant for ev in read_trace(path))
     assert assert_same(path, tmp_path).records > 0
+
+
+PX_STAR = """
+name: px
+seed: 4
+nodes:
+  count: 12
+  router: gossipsub-v1.2
+  topics: [t]
+  router_params: {{D: 3, D_low: 2, D_high: 4, D_out: 1, D_score: 2, DoPX: {px}, AcceptPXThreshold: 0, PrunePeers: 4}}
+overlay: {{type: explicit, edges: [{edges}]}}
+links: {{latency: {{model: constant, ms: 20}}}}
+workload: {{topic: t, messages: 10, interval: 500ms, size: 2048, publishers: {{nodes: [n1]}}}}
+duration: 10s
+linger: 2s
+"""
+
+
+def test_peer_exchange_dials_are_opened_by_the_simulator(tmp_path):
+    """A star: n0's mesh is oversubscribed by its 11 leaves, its PRUNEs carry
+    PX (DoPX) of other leaves, and the pruned leaves connect to them: more
+    connections than the overlay's 11 edges, and only then."""
+    edges = ", ".join(f"[n0, n{i}]" for i in range(1, 12))
+    _, without = simulate(PX_STAR.format(px="false", edges=edges), tmp_path / "without")
+    _, with_px = simulate(PX_STAR.format(px="true", edges=edges), tmp_path / "with")
+    assert without.summary["connect"] == 11
+    assert with_px.summary["connect"] > 11
+    # pruned leaves that know only n0 get what its gossip reaches; with PX they mesh among themselves
+    assert with_px.summary["delivery_ratio"] == 1.0 > without.summary["delivery_ratio"]
+
+
+P5_GROUPS = """
+name: p5
+seed: 2
+groups:
+  - {{name: honest, prefix: h, count: 6, router: gossipsub-v1.2, topics: [t],
+     router_params: {{AppSpecificWeight: 2.0}}}}
+  - {{name: low, prefix: l, count: 2, router: {low_router}, topics: [t], app_specific_score: -5}}
+overlay: {{type: full}}
+links: {{latency: {{model: constant, ms: 10}}}}
+workload: {{topic: t, messages: 3, interval: 1s, size: 100, publishers: {{nodes: [h0]}}}}
+duration: 5s
+linger: 1s
+"""
+
+
+def test_a_groups_app_specific_score_is_p5_in_every_scoring_router(tmp_path):
+    """`app_specific_score: -5` on group low: every scoring router rates l0
+    and l1 at P5 = -5 (times AppSpecificWeight 2 in the score file) and
+    everyone else at 0; the low group's routers, at the default
+    AppSpecificWeight 0, put no P5 in their scores."""
+    resolved, _ = simulate(P5_GROUPS.format(low_router="gossipsub-v1.2"), tmp_path / "run")
+    name_of = {identity_for_index(i).peer_id_b58: n.name for i, n in enumerate(resolved.nodes)}
+    with open(tmp_path / "run" / "scores" / "h0.csv") as f:
+        rows = list(csv.DictReader(f, fieldnames=COLUMNS))[1:]
+    p5 = {name_of[r["peer"]]: float(r["p5"]) for r in rows}
+    assert p5 == {"h1": 0.0, "h2": 0.0, "h3": 0.0, "h4": 0.0, "h5": 0.0, "l0": -10.0, "l1": -10.0}
+    with open(tmp_path / "run" / "scores" / "l0.csv") as f:
+        assert {float(r["p5"]) for r in list(csv.DictReader(f, fieldnames=COLUMNS))[1:]} == {0.0}

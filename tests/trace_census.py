@@ -133,6 +133,8 @@ class Census:
     first_publish_ns: int | None = None
     # node -> its mesh changes in trace order: (ts, "graft" | "prune" | "remove" | "leave", topic, peer)
     mesh_log: dict[str, list[tuple[int, str, str, str]]] = field(default_factory=lambda: defaultdict(list))
+    stayed_up_expected: int = 0  # expected recipients not down between the publish and the message's last delivery
+    stayed_up_deliveries: int = 0
 
     @property
     def delivery_ratio(self) -> float | None:
@@ -242,6 +244,7 @@ def count(run: Path, traces: Path | None = None) -> Census:
     c.first_publish_ns = min((ts for ts, _, _ in published.values()), default=None)
     everyone = set(topics_of) | c.nodes_with_records
     for m, (ts, topic, pubs) in published.items():
+        expected_here: list[str] = []
         for node in everyone:
             if node in pubs:
                 continue
@@ -252,12 +255,27 @@ def count(run: Path, traces: Path | None = None) -> Census:
                 continue
             c.expected_deliveries += 1
             c.expected_by_node[node] += 1
+            expected_here.append(node)
             got = first_deliver.get((node, m))
             if got is not None:
                 c.deliveries += 1
                 c.delivered_by_node[node] += 1
                 c.latencies_ms.append((got - ts) / 1e6)
+        _count_stayed_up(c, m, ts, expected_here, first_deliver, down)
     return c
+
+
+def _count_stayed_up(c: Census, m: bytes, ts: int, expected: list[str], first_deliver: dict, down: dict) -> None:
+    """The recipients of m that no churn took down after its publish and
+    before m reached them (or, if it never did, before its last first
+    delivery to an expected recipient), and their deliveries."""
+    spread_end = max([first_deliver[(n, m)] for n in expected if (n, m) in first_deliver] + [ts])
+    for node in expected:
+        until = first_deliver.get((node, m), spread_end)
+        if any(ts < a <= until for a, _ in down.get(node, ())):
+            continue
+        c.stayed_up_expected += 1
+        c.stayed_up_deliveries += (node, m) in first_deliver
 
 
 def _count_control(ctl, into: Counter) -> None:
@@ -326,6 +344,8 @@ def _summary_figures(s: dict) -> dict:
         "deliveries": s["deliveries"],
         "unexpected_deliveries": s["unexpected_deliveries"],
         "delivery_ratio": s["delivery_ratio"],
+        "stayed_up_expected": s["stayed_up"]["expected"],
+        "stayed_up_deliveries": s["stayed_up"]["delivered"],
         "duplicates": s["duplicates"],
         "rpcs_sent": s["rpcs"]["sent"],
         "transmissions": s["transmissions"],
@@ -345,6 +365,8 @@ def figures(census: Census) -> dict:
         "deliveries": census.deliveries,
         "unexpected_deliveries": census.unexpected_deliveries,
         "delivery_ratio": census.delivery_ratio,
+        "stayed_up_expected": census.stayed_up_expected,
+        "stayed_up_deliveries": census.stayed_up_deliveries,
         "duplicates": census.by_type[DUPLICATE],
         "rpcs_sent": census.by_type[SEND_RPC],
         "transmissions": census.transmissions,

@@ -148,6 +148,8 @@ SUMMARY_ROWS = [
     ("nodes", "nodes"), ("trace events", "events"), ("messages", "messages"),
     ("expected deliveries", "expected_deliveries"), ("deliveries", "deliveries"),
     ("delivery ratio", "delivery_ratio"), ("messages lost (0 deliveries)", "messages_lost"),
+    ("recipients down while the message spread", "stayed_up_went_down"),
+    ("delivery ratio, recipients that stayed up", "stayed_up_delivery_ratio"),
     ("latency p50 (ms)", "latency_p50_ms"), ("latency p90 (ms)", "latency_p90_ms"),
     ("latency p99 (ms)", "latency_p99_ms"), ("latency max (ms)", "latency_max_ms"),
     ("duplicates", "duplicates"), ("duplicates per message", "duplicates_per_message"),

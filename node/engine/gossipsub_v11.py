@@ -10,7 +10,8 @@ after its section of the spec:
 - Adaptive Gossip Dissemination: `_emit_gossip`
 - Outbound Mesh Quotas: `_on_graft` (at D_high), `_retain_by_score`
   (pruning), `_outbound_mesh_quota` (heartbeat)
-- Peer Scoring: `score` (node/engine/peer_score.py); Score Thresholds:
+- Peer Scoring: `score` (node/engine/peer_score.py), P5 given by
+  `set_app_specific_scores`; Score Thresholds:
   `_graylisted`, `_on_ihave`/`_on_iwant` (gossip), `_flood_publish` and
   `_maintain_fanout` (publish), `_peer_exchange` (accept PX)
 - Heartbeat Maintenance: `_maintain_mesh`, `_retain_by_score` (D_score)
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Mapping
 
 from node.engine.api import FLOODSUB_ID, MESHSUB_ID, MESHSUB_V11_ID, NS, OutputBuilder, TraceType
 from node.engine.authenticity import REJECT_INVALID_SIGNATURE, REJECT_MISSING_SIGNATURE, Authenticity
@@ -67,6 +69,13 @@ class GossipSubV11Router(GossipSubRouter):
         self.iasked: Counter[PeerId] = Counter()
         self.heartbeat_ticks = 0
         self.next_decay: int | None = None
+
+    # Score Function: P5
+
+    def set_app_specific_scores(self, scores: Mapping[PeerId, float]) -> None:
+        """P5, the application's rating of each peer (peers not named: 0)."""
+        for peer, value in scores.items():
+            self.score.set_app_specific_score(peer, value)
 
     # Explicit Peering Agreements
 

@@ -120,6 +120,9 @@ class Node:
         self.sybil = cfg.sybil()  # None: an honest node
         behaviours = self.sybil.behaviours(None) if self.sybil else ()
         self.engine = make_router(cfg.router, self.peer_id, cfg.seed, cfg.params, auth=self.auth, behaviours=behaviours)
+        if cfg.app_specific_scores:
+            self.engine.set_app_specific_scores(  # type: ignore[attr-defined]
+                {peer_id_from_b58(pid): value for pid, value in cfg.app_specific_scores.items()})
         preferred = self.engine.protocol_id
         self.protocols = protocol_order(preferred, self.engine.supported_protocols)
         self.names = {peer_id_from_b58(pid): name for pid, name in cfg.peer_names.items()}
@@ -137,6 +140,7 @@ class Node:
         self.send_dials = SendDials(cfg.queue_len)
         self.poller = ReadPoller()  # reads every peer connection (node/libp2p/poller.py)
         self.links: dict[bytes, PeerLink] = {}
+        self.asked: set[bytes] = set()  # peers the engine asked for, dialled or connected now
         self.topics: set[str] = set()
         self.isolated: set[str] | None = None  # None: not isolated; empty: from everyone
         self.counters: Counter[str] = Counter()
@@ -482,6 +486,8 @@ class Node:
                 if result == "lost":
                     self.counters["lost"] += 1
                 events.append(rpc_event(TraceType.SEND_RPC, now, peer, rpc))
+        for peer in out.dials:
+            self._dial_asked(peer)
         if out.deliveries:
             self.counters["delivered"] += len(out.deliveries)
         if out.scores and self.scores is not None:
@@ -491,6 +497,26 @@ class Node:
                 self.trace.write(events)
             except OSError as exc:
                 self._trace_failed(exc)
+
+    def _dial_asked(self, peer: bytes) -> None:
+        """A connection the engine asked for (a peer from PX, a lost explicit
+        peer): one dial, retried as a control `connect` is, to the address the
+        peer book gives (PX without signed peer records: go looks the peer up in
+        its peerstore). A peer it does not list is not dialled."""
+        addr = self.address_book.get(peer)
+        if addr is None or peer in self.links or peer in self.asked or self._nursery is None:
+            return
+        self.asked.add(peer)
+        self.counters["dials_asked"] += 1
+        self._nursery.start_soon(self._dial_asked_once, addr, peer)
+
+    async def _dial_asked_once(self, addr: PeerAddress, peer: bytes) -> None:
+        try:
+            await self._dial_loop((addr.host, addr.port, peer), False)
+        except ConnectError as exc:
+            log.info("%s: the dial the router asked for failed: %s", self.name, exc)
+        finally:
+            self.asked.discard(peer)
 
     def _frame(self, rpc: Rpc, forwarded: dict[int, bytes | None]) -> bytes | None:
         """The RPC framed for the wire; None when it exceeds max_frame."""

@@ -100,6 +100,11 @@ class _Checker:
                         raise self.err((*w.path, "inject"), f"injection hands one message to several nodes, but {n} runs "
                                        f"{kind_of(router_of[n]).implementation}, which only publishes its own; "
                                        "select publishers among our routers' nodes")
+        rated = [h for h in groups if h.app_specific_score]
+        if rated:
+            raise self.err((*rated[0].path, "app_specific_score"), f"group {g.name or 'nodes'!r} runs a foreign "
+                           f"router ({implementation(g.router)}), which cannot be given an application-specific "
+                           "score (P5); set app_specific_score only in files of our routers")
         for e in doc.churn.timeline:
             if e.action in ("leave", "join"):
                 for n in self.pool_names(e.select, None):

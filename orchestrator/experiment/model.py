@@ -49,6 +49,7 @@ class NodeSpec:
     cpus: float | None = None
     placement: tuple[str, ...] = ()  # swarm placement constraints
     adversary: AdversarySpec | None = None  # None: an honest node
+    app_specific_score: float = 0.0  # P5 every scoring router gives this node (the group's `app_specific_score`)
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,11 @@ class ResolvedExperiment:
                 return spec
         raise KeyError(name)
 
+    def app_specific_scores(self, me: str) -> dict[str, float]:
+        """P5 as node `me` rates the others: each node's group's
+        `app_specific_score`, by node name (nodes without one: 0, left out)."""
+        return {n.name: n.app_specific_score for n in self.nodes if n.app_specific_score and n.name != me}
+
     def neighbours(self) -> dict[str, list[str]]:
         """Each node's overlay neighbours, sorted."""
         out: dict[str, set[str]] = {n.name: set() for n in self.nodes}
@@ -170,7 +176,8 @@ class ResolvedExperiment:
             "nodes": [
                 [n.name, n.group, n.router, sorted(n.params.items()), list(n.topics), n.seed,
                  n.region, n.uplink_bps, n.memory, n.cpus, list(n.placement),
-                 *([repr(n.adversary)] if n.adversary is not None else [])]
+                 *([repr(n.adversary)] if n.adversary is not None else []),
+                 *([n.app_specific_score] if n.app_specific_score else [])]
                 for n in self.nodes
             ],
             "edges": [list(e) for e in self.edges],

@@ -219,6 +219,10 @@ class Group(Part):
     uplink: v.Rate | None = None
     resources: Resources | None = None
     adversary: Adversary | None = None
+    app_specific_score: v.number(  # type: ignore[valid-type]
+        "an application-specific score (P5)", ge=None,
+        description="P5: the application-specific score every scoring router (gossipsub v1.1+) gives this group's nodes",
+    ) | None = None
 
     @model_validator(mode="after")
     def _rules(self) -> Group:

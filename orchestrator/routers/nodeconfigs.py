@@ -41,6 +41,14 @@ def dials(resolved: ResolvedExperiment) -> dict[str, list[str]]:
     return {me: [p for p in peers if order[p] < order[me]] for me, peers in resolved.neighbours().items()}
 
 
+def asks_for_dials(router: str) -> bool:
+    """Its engine may ask for a connection to any node: episub dials whom it
+    sends to, gossipsub v1.1+ the peers PX names. Its NodeConfig then carries
+    every other node's address (address_book)."""
+    engine = kind_of(router).engine
+    return engine.dials_on_send or engine.scores_peers
+
+
 def build_configs(
     resolved: ResolvedExperiment, addresses: dict[str, NodeAddress], caps: ShapingCapabilities,
     token: str, run_dir: Path, clock: DilatedClock = DilatedClock(),
@@ -61,8 +69,8 @@ def build_configs(
         me = spec.name
         addr = addresses[me]
         known = linked_peers(resolved, me, neighbours)
-        book = tuple(PeerAddress(p, addresses[p].host, addresses[p].port, peer_id[p]) for p in known
-                     ) if kind_of(spec.router).engine.dials_on_send else ()
+        book = tuple(PeerAddress(p, addresses[p].host, addresses[p].port, peer_id[p]) for p in addresses if p != me
+                     ) if asks_for_dials(spec.router) else ()
         configs[me] = NodeConfig(
             name=me, index=index[me], router=spec.router, seed=spec.seed,
             listen_host=addr.host, listen_port=addr.port,
@@ -79,6 +87,8 @@ def build_configs(
             security=resolved.security, authenticity=resolved.authenticity, message_id=resolved.message_id,
             time_dilation=clock.factor, clock_epoch_ns=clock.epoch_ns,
             adversary=adversary_config(spec.adversary, peer_id),
+            app_specific_scores={peer_id[p]: v for p, v in resolved.app_specific_scores(me).items()}
+            if kind_of(spec.router).engine.scores_peers else {},
         )
     return configs
 

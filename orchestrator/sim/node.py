@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from node.engine.adversary import Behaviour
 from node.engine.api import Router
 from node.engine.authenticity import Authenticity
+from node.engine.registry import ROUTERS
 from node.wire.rpc import PeerId
-from orchestrator.experiment.model import ResolvedExperiment
+from orchestrator.experiment.model import NodeSpec, ResolvedExperiment
 from orchestrator.experiment.lifecycle import NodeLife, Process
 from orchestrator.routers.peers import authenticity_for, node_identities
 from orchestrator.routers.sybils import sybil_behaviours
@@ -44,6 +45,7 @@ class SimNode:
     uplink_bps: int | None
     auth: Authenticity
     behaviours: tuple[Behaviour, ...]  # a sybil's (orchestrator/routers/sybils.py); none: honest
+    app_scores: dict[PeerId, float]  # P5 its engine gives its peers (a scoring honest engine only)
     engine: Router | None = None
     incarnation: int = 0
     uplink_free_at: int = 0
@@ -54,6 +56,13 @@ class SimNode:
     @property
     def paused(self) -> bool:
         return self.life.process is Process.PAUSED
+
+
+def _app_scores(resolved: ResolvedExperiment, n: NodeSpec, peer_ids: dict[str, PeerId]) -> dict[PeerId, float]:
+    """P5 as node n's engine rates its peers: only an honest engine that scores takes them."""
+    if n.adversary is not None or not ROUTERS[n.router].scores_peers:
+        return {}
+    return {peer_ids[name]: value for name, value in resolved.app_specific_scores(n.name).items()}
 
 
 def sim_nodes(resolved: ResolvedExperiment, origin: int) -> dict[str, SimNode]:
@@ -69,6 +78,7 @@ def sim_nodes(resolved: ResolvedExperiment, origin: int) -> dict[str, SimNode]:
             tuple(neighbours[n.name]), n.uplink_bps,
             authenticity_for(resolved, identities[n.name], modelled=True),
             sybil_behaviours(n.adversary, peer_ids, origin),
+            _app_scores(resolved, n, peer_ids),
         )
         for n in resolved.nodes
     }

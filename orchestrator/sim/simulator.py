@@ -136,6 +136,8 @@ class Simulator:
         traced even when the connection just closed: the router did send)."""
         for msg in out.deliveries:
             self._on_delivered(node, msg)
+        for peer in out.dials:
+            self._dial(node, peer)
         if not out.sends:
             if out.trace or out.scores:
                 self.sink.write(node.name, node.peer_id, out.trace, (self.now, out.scores))
@@ -276,6 +278,14 @@ class Simulator:
             self._on_disconnected(node.name, conn.peer.name, conn.epoch)
             self._on_disconnected(conn.peer.name, node.name, conn.epoch)
 
+    def _dial(self, node: SimNode, peer: PeerId) -> None:
+        """A connection the engine asked for (a peer from PX, a lost explicit
+        peer): opened a latency later, as the overlay's; to a node that is
+        down it fails and the engine is not told (a refused dial)."""
+        dst = self.dials.names.get(peer)
+        if dst is not None and peer not in node.conns:
+            self._push(self.now + self._latency(node.name, dst), _CONNECT, node.name, dst)
+
     def _dial_neighbours(self, node: SimNode, only: set[str] | None = None) -> None:
         for other in node.neighbours:
             if only is not None and other not in only:
@@ -287,6 +297,8 @@ class Simulator:
         node.incarnation += 1
         seed = incarnation_seed(node.seed, node.incarnation)
         node.engine = make_router(node.router, node.peer_id, seed, node.params, node.auth, node.behaviours)
+        if node.app_scores:
+            node.engine.set_app_specific_scores(node.app_scores)  # type: ignore[attr-defined]
         node.paused_inbox.clear()
         node.heartbeat_due = False
         node.uplink_free_at = t
