@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Mapping
 
 from node.engine.api import FLOODSUB_ID, MESHSUB_ID, MESHSUB_V11_ID, NS, OutputBuilder, TraceType
 from node.engine.authenticity import REJECT_INVALID_SIGNATURE, REJECT_MISSING_SIGNATURE, Authenticity
@@ -55,8 +56,9 @@ class GossipSubV11Router(GossipSubRouter):
     def __init__(
         self, peer_id: PeerId, rng: random.Random, params: GossipSubV11Params,
         validator: Validator | None = None, auth: Authenticity = Authenticity(),
+        validation_delay: Mapping[str, int] | None = None,
     ) -> None:
-        super().__init__(peer_id, rng, params, validator, auth)
+        super().__init__(peer_id, rng, params, validator, auth, validation_delay)
         self.thresholds = params.thresholds()
         self.score = PeerScore(params.peer_score_params())
         self.backoff = Backoff()

@@ -96,7 +96,9 @@ class Node:
         self.identity = cfg.identity
         self.peer_id = self.identity.peer_id
         self.auth = cfg.auth()
-        self.engine = make_router(cfg.router, self.peer_id, cfg.seed, cfg.params, auth=self.auth)
+        self.engine = make_router(
+            cfg.router, self.peer_id, cfg.seed, cfg.params, auth=self.auth, validation_delay=cfg.validation_delay,
+        )
         preferred = self.engine.protocol_id
         self.protocols = protocol_order(preferred, self.engine.supported_protocols)
         self.names = {peer_id_from_b58(pid): name for pid, name in cfg.peer_names.items()}
@@ -222,6 +224,14 @@ class Node:
             due += interval
             if due < t:
                 due = t + interval
+
+    async def _wake(self, at: int) -> None:
+        """Wake the engine at `at` (its clock, ns) for the work it finishes
+        then (a validation that takes time); never before `at`, even if the
+        wall clock and trio's disagree by a hair."""
+        await trio.sleep(self.clock.wall_s(max(0, at - self.clock.now_ns()) / 1e9))
+        now = max(self.clock.now_ns(), at)
+        self._apply(self.engine.wake(now), now)
 
     # Connections
 
@@ -383,6 +393,9 @@ class Node:
     # Engine output
 
     def _apply(self, out: Output, now: int) -> None:
+        for at in out.wakeups:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._wake, at)
         events = list(out.trace)
         forwarded: dict[int, bytes | None] = {}  # a message forwarded alone to many peers is encoded once
         for peer, rpc in out.sends:

@@ -91,6 +91,9 @@ class ExperimentFile(Part):
                          "timers, workload, churn); traces and metrics stay on the experiment's clock "
                          "(docs/experiment-files.md)")
     wire: Wire = Field(default_factory=Wire)
+    validation_delay: dict[v.text_type("a topic"), v.Time] = Field(  # type: ignore[valid-type]
+        {}, description="topic -> how long validating one of its messages takes on every node (test-plans' "
+                        "setTopicValidationDelay); the message is delivered and forwarded after it")
     variants: dict[VariantName, Variant | None] | None = Field(
         None,
         description="the same experiment run once per variant, each overriding only routers, router "

@@ -67,7 +67,9 @@ class ForeignKind:
     "module:function" returning the argv that starts it as a process (before
     `--params FILE --config FILE`), None for docker only; `image`: a bare
     image's name; `authenticities`/`message_ids`: the wire settings it can
-    run (node/engine/authenticity.py's modes, node/wire/rpc.py's id functions)."""
+    run (node/engine/authenticity.py's modes, node/wire/rpc.py's id functions);
+    `validation_delay`: it can hold a topic's messages in validation for a
+    while (test-plans' setTopicValidationDelay)."""
 
     router: str
     implementation: str
@@ -78,6 +80,7 @@ class ForeignKind:
     image: str | None = None
     authenticities: tuple[str, ...] = (STRICT,)
     message_ids: tuple[str, ...] = (FIRST_8_BYTES,)
+    validation_delay: bool = True
 
     @property
     def bare(self) -> bool:
@@ -92,7 +95,7 @@ ADAPTERS: dict[str, ForeignKind] = {
     "py-libp2p": ForeignKind(
         "py-libp2p", "py-libp2p", True, PY_EVENTS,
         builder="orchestrator.images.pylibp2p:build_pylibp2p_image",
-        process="orchestrator.images.pylibp2p:pylibp2p_adapter_command"),
+        process="orchestrator.images.pylibp2p:pylibp2p_adapter_command", validation_delay=False),
 }
 
 
@@ -138,6 +141,13 @@ def wire_abilities(router: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         kind = foreign_kind(router)
         return kind.authenticities, kind.message_ids
     return MODES, MESSAGE_ID_FUNCTIONS
+
+
+def delays_validation(router: str) -> bool:
+    """Whether a node running `router` can take a topic validation delay."""
+    if is_foreign(router):
+        return foreign_kind(router).validation_delay
+    return ROUTERS[router].validation_delay
 
 
 def trace_events(router: str) -> list[str] | None:

@@ -80,6 +80,7 @@ def build_configs(
             lag_path=str(run_dir / "node-logs" / f"{me}.lag.json"),
             scores_path=str(run_dir / "scores" / f"{me}.csv") if router_kind(spec.router).scores_peers else "",
             security=resolved.security, authenticity=resolved.authenticity, message_id=resolved.message_id,
+            validation_delay=dict(resolved.validation_delay),
             time_dilation=clock.factor, clock_epoch_ns=clock.epoch_ns,
         )
     return configs
