@@ -9,6 +9,17 @@ implementation ran it and which TraceType names it can record
 ("trace_events", null = the full go-format trace); a metric whose events an
 implementation cannot record is null here and listed in `unavailable`, and
 the report shows it as unavailable, never as 0.
+
+Beside ours, each implementation gets the three figures libp2p/test-plans'
+gossipsub-interop reports per message (analyze_message_deliveries.py, checked
+at commit f4942573), restricted to its receivers and averaged over messages:
+`dissemination_p50_ms`, the time from the message's first delivery anywhere
+(theirs: the first "Received Message" of any node, not the publish) to its
+median receiver's first delivery (their index len // 2 of the sorted
+deliveries); `duplicates_per_node`, copies beyond the first per node per
+message (theirs: a message's duplicates over the node count); `reach`, the
+share of the expected receivers that got it (theirs: receivers over nodes
+less the publisher), with `reach_min` its worst message.
 """
 
 from __future__ import annotations
@@ -28,6 +39,10 @@ NEEDS: dict[str, frozenset[str]] = {
     "duplicates_per_delivery": frozenset({TraceType.DELIVER_MESSAGE.name, TraceType.DUPLICATE_MESSAGE.name}),
     "rpcs_sent": frozenset({TraceType.SEND_RPC.name}),
     "bytes_sent": frozenset({TraceType.SEND_RPC.name}),
+    "dissemination_p50_ms": frozenset({TraceType.DELIVER_MESSAGE.name}),
+    "duplicates_per_node": frozenset({TraceType.DELIVER_MESSAGE.name, TraceType.DUPLICATE_MESSAGE.name}),
+    "reach": frozenset({TraceType.DELIVER_MESSAGE.name}),
+    "reach_min": frozenset({TraceType.DELIVER_MESSAGE.name}),
 }
 
 
@@ -49,6 +64,29 @@ def _float(v: Any) -> float | None:
     return None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)
 
 
+def test_plans_figures(names: set[str], deliveries: pd.DataFrame, duplicates: int, messages: int) -> dict[str, Any]:
+    """test-plans' per-message figures for the receivers `names`, averaged
+    over the messages they were expected to receive. `deliveries` holds every
+    expected (message, receiver) row of the run, all implementations (the
+    first delivery anywhere is the clock's zero); `duplicates`: the copies
+    beyond the first these nodes received, over `messages` messages."""
+    got = deliveries[deliveries["delivered"]]
+    first = got.groupby("msg")["deliver_ts"].min()
+    p50s: list[float] = []
+    reach: list[float] = []
+    for msg, rows in deliveries[deliveries["node"].isin(names)].groupby("msg", sort=True):
+        times = np.sort(rows.loc[rows["delivered"], "deliver_ts"].to_numpy(np.int64))
+        reach.append(len(times) / len(rows))
+        if len(times):
+            p50s.append((times[len(times) // 2] - first[msg]) / 1e6)
+    return {
+        "dissemination_p50_ms": float(np.mean(p50s)) if p50s else None,
+        "duplicates_per_node": duplicates / (len(names) * messages) if messages else None,
+        "reach": float(np.mean(reach)) if reach else None,
+        "reach_min": float(min(reach)) if reach else None,
+    }
+
+
 def per_implementation(
     topology_nodes: list[dict[str, Any]], nodes_df: pd.DataFrame, per_node: pd.DataFrame, deliveries: pd.DataFrame
 ) -> dict[str, dict[str, Any]]:
@@ -60,6 +98,7 @@ def per_implementation(
         if n.get("name"):
             by_impl.setdefault(str(n.get("implementation") or "gossip-testbed"), []).append(n)
     out: dict[str, dict[str, Any]] = {}
+    messages = int(deliveries["msg"].nunique())
     for impl, members in sorted(by_impl.items()):
         names = {str(n["name"]) for n in members}
         can = _recordable(members)
@@ -76,6 +115,7 @@ def per_implementation(
             "duplicates_per_delivery": int(mine["duplicated"].sum()) / got if got else None,
             "rpcs_sent": int(mine["rpcs_sent"].sum()),
             "bytes_sent": int(raw["bytes_sent"].sum()) if sized else None,
+            **test_plans_figures(names, deliveries, int(mine["duplicated"].sum()), messages),
         }
         unavailable = sorted(m for m, need in NEEDS.items() if can is not None and not need <= can)
         for m in unavailable:

@@ -84,6 +84,7 @@ class NodeConfig:
     # The network's message authenticity (the experiment's `wire:`).
     authenticity: str = STRICT  # strict | author | anonymous
     message_id: str = FROM_SEQNO  # from-seqno | first-8-bytes
+    validation_delay: dict[str, float] = field(default_factory=dict)  # seconds per topic (the experiment's)
     # Time dilation (node/dilation.py): wall seconds per experiment second,
     # and the wall time (ns) where the two clocks agree.
     time_dilation: float = 1.0

@@ -20,6 +20,7 @@ from analysis.ingest import iter_events
 from analysis.report.tables import implementations as implementation_rows
 from node.wire.codec import encode_uvarint
 from node.trace.vocab import DELIVER, DUPLICATE, PUBLISH
+from tests import trace_census
 from tests.spark_fixtures import requires_java
 from tests.spark_fixtures import spark  # noqa: F401
 
@@ -57,9 +58,10 @@ def test_unavailable_metrics_are_null_not_zero():
     nodes = pd.DataFrame({"node": ["a", "b", "c"], "expected": [4, 4, 4], "delivered_expected": [4, 3, 4],
                           "duplicated": [8, 2, 5], "rpcs_sent": [20, 0, 0]})
     per_node = pd.DataFrame({"node": ["a", "b", "c"], "bytes_sent": [900.0, None, None]})
-    dl = pd.DataFrame({"node": ["a"] * 4 + ["b"] * 4 + ["c"] * 4,
+    dl = pd.DataFrame({"node": ["a"] * 4 + ["b"] * 4 + ["c"] * 4, "msg": ["m0", "m1", "m2", "m3"] * 3,
                        "delivered": [True] * 4 + [True, True, True, False] + [True] * 4,
                        "latency_ms": [1.0, 2, 3, 4, 10, 20, 30, None, 10, 20, 30, 40]})
+    dl["deliver_ts"] = (dl["latency_ms"].fillna(0) * 1e6).astype("int64")
     out = per_implementation(topo, nodes, per_node, dl)
     ours, theirs = out["gossip-testbed"], out[STAND_IN]
     assert ours["unavailable"] == [] and ours["rpcs_sent"] == 20 and ours["bytes_sent"] == 900
@@ -69,6 +71,11 @@ def test_unavailable_metrics_are_null_not_zero():
     assert theirs["rpcs_sent"] is None and theirs["bytes_sent"] is None
     assert theirs["delivery_ratio"] == 7 / 8 and theirs["duplicates_per_delivery"] == 1.0
     assert theirs["latency_p50_ms"] == 20.0
+    # test-plans' figures: from each message's first delivery anywhere (a's)
+    # to b and c's upper median, averaged over m0..m3: (9 + 18 + 27 + 36) / 4
+    assert theirs["dissemination_p50_ms"] == 22.5 and ours["dissemination_p50_ms"] == 0.0
+    assert (theirs["reach"], theirs["reach_min"]) == (0.875, 0.5) and ours["reach"] == 1.0
+    assert theirs["duplicates_per_node"] == 7 / 8 and ours["duplicates_per_node"] == 2.0
     names, rows = implementation_rows({"implementations": out})
     assert STAND_IN in names and sum(cells.count("unavailable") for _, cells in rows) == 2
     assert implementation_rows({"implementations": {"gossip-testbed": ours}}) == ([], [])
@@ -88,6 +95,13 @@ def test_mixed_run_breakdown_and_report(tmp_path, spark):  # noqa: F811
     assert theirs["rpcs_sent"] is None and theirs["bytes_sent"] is None
     for fig in (ours, theirs):
         assert fig["delivery_ratio"] > 0.9 and fig["latency_p50_ms"] > 0 and fig["duplicates_per_delivery"] > 0
+    census = trace_census.count(run)
+    topo = json.loads((run / "topology.json").read_text())["nodes"]
+    for impl, fig in impls.items():
+        counted = census.test_plans({n["name"] for n in topo if n["implementation"] == impl})
+        assert counted["dissemination_p50_ms"] > 0 and counted["reach"] > 0.9, counted
+        for key, want in counted.items():
+            assert fig[key] == pytest.approx(want, abs=1e-6), (impl, key)
     on_disk = json.loads((run / "summary.json").read_text())["implementations"][STAND_IN]
     assert on_disk["rpcs_sent"] is None
     html = analysis.write_report([run], tmp_path / "report.html").read_text()

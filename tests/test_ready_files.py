@@ -5,8 +5,10 @@ with figures that agree with an independent count of its traces
 - in the simulator, every file of topologies/ it can run, at its full size
   (the files it cannot run, those with foreign routers, are refused with
   exit 2 before anything starts);
-- on the real backends, the small ready files (up to about 20 nodes) on
-  each backend they are written for.
+- on the real backends, the small ready files (up to about 20 nodes, over
+  within a minute) on each backend they are written for. Longer ones are run
+  by hand and their figures kept in the docs (subnet-blob-msg-docker.yaml,
+  16 messages 12 s apart as test-plans sends them: docs/foreign-routers.md).
 
 Issue 38: simsub-100.yaml failed its own expectation in the simulator (the
 analysis lost events) and mixed.yaml died on docker (py-libp2p needs a
@@ -25,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.experiment.spec import load_experiment
 from tests import trace_census
 from tests.cli_helpers import run_cli
 from tests.docker_fixtures import needs_docker
@@ -35,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGIES = ROOT / "topologies"
 TESTBED = Path(sys.executable).with_name("testbed")
 FOREIGN = ("rust-libp2p", "py-libp2p")
-SMALL = 20  # nodes: a "small" ready file runs on every real backend in CI
+SMALL = 20  # nodes: a "small" ready file runs on every real backend in CI ...
+SHORT_S = 60.0  # ... and is over by this workload time
 
 
 def groups(path: Path) -> list[dict]:
@@ -117,7 +121,7 @@ def missing_for(path: Path) -> str | None:
     return None
 
 
-SMALL_FILES = [f.name for f in FILES if node_count(f) <= SMALL]
+SMALL_FILES = [f.name for f in FILES if node_count(f) <= SMALL and load_experiment(f).resolve().end_time() <= SHORT_S]
 REAL = [(name, backend) for name in SMALL_FILES for backend in ("process", "docker")]
 
 

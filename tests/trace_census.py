@@ -135,6 +135,30 @@ class Census:
     mesh_log: dict[str, list[tuple[int, str, str, str]]] = field(default_factory=lambda: defaultdict(list))
     stayed_up_expected: int = 0  # expected recipients not down between the publish and the message's last delivery
     stayed_up_deliveries: int = 0
+    expected_by_msg: dict[bytes, dict[str, int | None]] = field(default_factory=dict)  # receiver -> first DELIVER
+
+    def test_plans(self, names: set[str]) -> dict[str, float | None]:
+        """test-plans' gossipsub-interop figures (analyze_message_deliveries.py)
+        for the receivers `names`, averaged over messages: p50 to disseminate
+        from the first delivery anywhere, duplicates per node per message,
+        reach (and its worst message)."""
+        p50s, reach = [], []
+        for m, receivers in sorted(self.expected_by_msg.items()):
+            mine = [node for node in receivers if node in names]
+            if not mine:
+                continue
+            got = sorted(receivers[node] for node in mine if receivers[node] is not None)
+            reach.append(len(got) / len(mine))
+            if got:
+                first = min(ts for ts in receivers.values() if ts is not None)
+                p50s.append((got[len(got) // 2] - first) / 1e6)
+        dups = sum(self.per_node[node][DUPLICATE] for node in names)
+        return {
+            "dissemination_p50_ms": sum(p50s) / len(p50s) if p50s else None,
+            "duplicates_per_node": dups / (len(names) * len(self.expected_by_msg)) if self.expected_by_msg else None,
+            "reach": sum(reach) / len(reach) if reach else None,
+            "reach_min": min(reach) if reach else None,
+        }
 
     @property
     def delivery_ratio(self) -> float | None:
@@ -257,6 +281,7 @@ def count(run: Path, traces: Path | None = None) -> Census:
             c.expected_by_node[node] += 1
             expected_here.append(node)
             got = first_deliver.get((node, m))
+            c.expected_by_msg.setdefault(m, {})[node] = got
             if got is not None:
                 c.deliveries += 1
                 c.delivered_by_node[node] += 1

@@ -185,6 +185,10 @@ IMPLEMENTATION_ROWS = [
     ("duplicates per delivery", "duplicates_per_delivery"),
     ("RPCs sent", "rpcs_sent"),
     ("bytes sent", "bytes_sent"),
+    # test-plans' gossipsub-interop figures (analysis/implementations.py)
+    ("test-plans: p50 to disseminate ms", "dissemination_p50_ms"),
+    ("test-plans: duplicates per node per message", "duplicates_per_node"),
+    ("test-plans: reach (mean, worst message)", "reach"),
     ("trace events recorded", "trace_events"),
 ]
 UNAVAILABLE = "unavailable"
@@ -205,6 +209,8 @@ def implementations(s: dict[str, Any]) -> tuple[list[str], list[tuple[str, list[
         v = fig.get(key)
         if key == "trace_events":
             return "all (go-format trace)" if v is None else ", ".join(v)
+        if key == "reach" and v is not None:
+            return f"{fmt(v)} ({fmt(fig.get('reach_min'))})"
         return fmt(v)
 
     return list(impls), [(label, [cell(fig, key) for fig in impls.values()]) for label, key in IMPLEMENTATION_ROWS]

@@ -65,13 +65,16 @@ class Output:
     v1.1 peer exchange and explicit peers); a runtime that cannot dial by
     peer id alone ignores them. `scores`: at a heartbeat of a router that
     scores its peers, each peer's score and components (node/trace/scores.py's
-    columns after time and peer)."""
+    columns after time and peer). `wakeups`: times (ns) at which the
+    runtime must call the router's `wake`, for work it finishes later (a
+    message whose topic validation takes time)."""
 
     sends: tuple[tuple[PeerId, Rpc], ...] = ()
     deliveries: tuple[Message, ...] = ()
     trace: tuple[TraceEvent, ...] = ()
     dials: tuple[PeerId, ...] = ()
     scores: tuple[tuple[PeerId, tuple[float, ...]], ...] = ()
+    wakeups: tuple[int, ...] = ()
 
 
 class Router(Protocol):
@@ -90,6 +93,7 @@ class Router(Protocol):
     def publish(self, now: int, topic: str, data: bytes) -> Output: ...
     def publish_message(self, now: int, msg: Message) -> Output: ...
     def heartbeat(self, now: int) -> Output: ...
+    def wake(self, now: int) -> Output: ...
 
 
 @dataclass
@@ -126,6 +130,7 @@ class OutputBuilder:
         self.trace: list[TraceEvent] = []
         self.dials: list[PeerId] = []
         self.scores: list[tuple[PeerId, tuple[float, ...]]] = []
+        self.wakeups: list[int] = []
 
     def _to(self, peer: PeerId) -> _Pending:
         pending = self._pending.get(peer)
@@ -161,6 +166,10 @@ class OutputBuilder:
         if peer not in self.dials:
             self.dials.append(peer)
 
+    def wake_at(self, at: int) -> None:
+        """Ask the runtime to call `wake` at `at` (ns)."""
+        self.wakeups.append(at)
+
     def deliver(self, msg: Message, received_from: PeerId) -> None:
         self.deliveries.append(msg)
         self.event(TraceType.DELIVER_MESSAGE, message_id=msg.id, topic=msg.topic, peer=received_from)
@@ -171,4 +180,7 @@ class OutputBuilder:
     def build(self) -> Output:
         sends = [(peer, pending.rpc()) for peer, pending in self._urgent.items()]
         sends += [(peer, pending.rpc()) for peer, pending in self._pending.items()]
-        return Output(tuple(sends), tuple(self.deliveries), tuple(self.trace), tuple(self.dials), tuple(self.scores))
+        return Output(
+            tuple(sends), tuple(self.deliveries), tuple(self.trace), tuple(self.dials), tuple(self.scores),
+            tuple(self.wakeups),
+        )

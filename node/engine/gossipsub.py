@@ -12,6 +12,7 @@ Choices the spec leaves open are listed in docs/protocol-choices.md.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from node.engine.api import FLOODSUB_ID, MESHSUB_ID, NS, OutputBuilder, TraceType
@@ -73,8 +74,9 @@ class GossipSubRouter(PubSubRouter[GossipSubParams]):
     def __init__(
         self, peer_id: PeerId, rng: random.Random, params: GossipSubParams,
         validator: Validator | None = None, auth: Authenticity = Authenticity(),
+        validation_delay: Mapping[str, int] | None = None,
     ) -> None:
-        super().__init__(peer_id, rng, params, validator, auth)
+        super().__init__(peer_id, rng, params, validator, auth, validation_delay)
         self.mesh: dict[str, set[PeerId]] = {}
         self.fanout: dict[str, set[PeerId]] = {}
         self.last_published: dict[str, int] = {}

@@ -57,8 +57,9 @@ class GossipSubV11Router(GossipSubRouter):
     def __init__(
         self, peer_id: PeerId, rng: random.Random, params: GossipSubV11Params,
         validator: Validator | None = None, auth: Authenticity = Authenticity(),
+        validation_delay: Mapping[str, int] | None = None,
     ) -> None:
-        super().__init__(peer_id, rng, params, validator, auth)
+        super().__init__(peer_id, rng, params, validator, auth, validation_delay)
         self.thresholds = params.thresholds()
         self.score = PeerScore(params.peer_score_params())
         self.backoff = Backoff()

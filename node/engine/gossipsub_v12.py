@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Mapping
 
 from node.engine.api import FLOODSUB_ID, MESHSUB_ID, MESHSUB_V11_ID, MESHSUB_V12_ID, OutputBuilder
 from node.engine.authenticity import Authenticity
@@ -40,8 +41,9 @@ class GossipSubV12Router(GossipSubV11Router):
     def __init__(
         self, peer_id: PeerId, rng: random.Random, params: GossipSubV12Params,
         validator: Validator | None = None, auth: Authenticity = Authenticity(),
+        validation_delay: Mapping[str, int] | None = None,
     ) -> None:
-        super().__init__(peer_id, rng, params, validator, auth)
+        super().__init__(peer_id, rng, params, validator, auth, validation_delay)
         # dont_send_message_ids per peer: message id -> heartbeats left
         self.dont_send: dict[PeerId, dict[MessageId, int]] = {}
         self.peerdontwant: Counter[PeerId] = Counter()

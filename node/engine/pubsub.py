@@ -6,12 +6,20 @@ point where a router decides whom to forward to.
 
 Subclasses implement `_forward` (where a message goes) and may override the
 hooks for peers, joins, leaves, control messages and the heartbeat.
+
+A topic may take time to validate (`validation_delay`, ns per topic; test-plans'
+setTopicValidationDelay, which models a blob's verification cost). As in
+go-libp2p-pubsub, a message is marked seen when its validation starts, so
+copies that arrive meanwhile are duplicates, and it is delivered and forwarded
+only when validation ends: the router asks to be woken then (Output.wakeups)
+and goes on handling everything else in between.
 """
 
 from __future__ import annotations
 
+import heapq
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, Protocol, TypeVar
 
 from node.engine.api import NS, Output, OutputBuilder, TraceType
@@ -50,12 +58,13 @@ class PubSubRouter(Generic[P]):
 
     def __init__(
         self, peer_id: PeerId, rng: random.Random, params: P, validator: Validator | None = None,
-        auth: Authenticity = Authenticity(),
+        auth: Authenticity = Authenticity(), validation_delay: Mapping[str, int] | None = None,
     ) -> None:
         """`params` are checked here; routers without a heartbeat interval of
         their own tick once a second (their heartbeat does nothing). `auth`
         is the network's message authenticity (unsigned from + seqno unless
-        told otherwise)."""
+        told otherwise). `validation_delay`: how long (ns) validating a
+        message of a topic takes; topics not in it validate at once."""
         params.check()
         self.params = params
         self.peer_id = peer_id
@@ -69,6 +78,9 @@ class PubSubRouter(Generic[P]):
         self.subscriptions: set[str] = set()
         self.seen = SeenCache(round(params.seen_ttl * NS))
         self._seqno = 0
+        self.validation_delay = {t: d for t, d in (validation_delay or {}).items() if d > 0}
+        self._validating: list[tuple[int, int, PeerId, Message]] = []  # heap: (due, order, sender, message)
+        self._validations = 0
 
     def topic_peers(self, topic: str, protocols: frozenset[str] | None = None) -> set[PeerId]:
         peers = self.topics.get(topic, set())
@@ -167,6 +179,14 @@ class PubSubRouter(Generic[P]):
         self._heartbeat(out)
         return out.build()
 
+    def wake(self, now: int) -> Output:
+        """Finish the validations due by `now`, in the order they are due."""
+        out = OutputBuilder(now)
+        while self._validating and self._validating[0][0] <= now:
+            _, _, sender, msg = heapq.heappop(self._validating)
+            self._finish_validation(out, sender, msg)
+        return out.build()
+
     def _receive(self, out: OutputBuilder, sender: PeerId, msg: Message) -> None:
         """Payload processing: subscribed, self-origin, signing policy, seen,
         signature, validation, then deliver and forward (go-libp2p-pubsub's
@@ -188,12 +208,26 @@ class PubSubRouter(Generic[P]):
             return
         self._before_validation(out, sender, msg)
         reason = self.auth.reject_signature(msg)
-        if reason is None and self.validator is not None and not self.validator(msg):
-            reason = REJECT_VALIDATION_FAILED
         if reason is not None:
             self._reject(out, sender, msg, reason)
             return
+        delay = self.validation_delay.get(msg.topic)
+        if delay is None:
+            self._finish_validation(out, sender, msg)
+            return
         self.seen.add(now, mid)
+        self._validations += 1
+        heapq.heappush(self._validating, (now + delay, self._validations, sender, msg))
+        out.wake_at(now + delay)
+
+    def _finish_validation(self, out: OutputBuilder, sender: PeerId, msg: Message) -> None:
+        """The topic's validator has run (at once, or after its delay): a
+        message it accepts is seen, delivered and forwarded."""
+        if self.validator is not None and not self.validator(msg):
+            self._reject(out, sender, msg, REJECT_VALIDATION_FAILED)
+            return
+        if not self.seen.has(out.now, msg.id):
+            self.seen.add(out.now, msg.id)
         out.deliver(msg, sender)
         self._validated(out, sender, msg)
         self._accepted(out, msg)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from node.engine.adversary import Behaviour, Sybil
-from node.engine.api import Router, protocol_order
+from node.engine.api import NS, Router, protocol_order
 from node.engine.authenticity import Authenticity
 from node.engine.episub import EpisubParams, EpisubRouter
 from node.engine.floodsub import FloodSubParams, FloodSubRouter
@@ -29,7 +29,8 @@ class EngineKind:
     """`mesh_low_key`: the parameter that is the mesh's low-water mark (None:
     the router keeps no mesh), and its default; `mesh_any_topic`: the router
     meshes with peers whatever their topics (simsub's single overlay);
-    `scores_peers`: the router keeps peer scores (node/trace/scores.py)."""
+    `scores_peers`: the router keeps peer scores (node/trace/scores.py);
+    `validation_delay`: it can take a per-topic validation delay."""
 
     name: str
     params: type
@@ -38,6 +39,7 @@ class EngineKind:
     mesh_low_key: str | None = None
     mesh_any_topic: bool = False
     scores_peers: bool = False  # records peer scores each heartbeat (gossipsub v1.1+)
+    validation_delay: bool = True
 
     @property
     def dials_on_send(self) -> bool:
@@ -80,24 +82,31 @@ ROUTERS: dict[str, EngineKind] = {
                                  scores_peers=True),
     "gossipsub-v1.2": EngineKind("gossipsub-v1.2", GossipSubV12Params, GossipSubV12Router, {"gossip": True}, "D_low",
                                  scores_peers=True),
-    "simsub": EngineKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True),
-    "episub": EngineKind("episub", EpisubParams, EpisubRouter),
+    "simsub": EngineKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True,
+                         validation_delay=False),
+    "episub": EngineKind("episub", EpisubParams, EpisubRouter, validation_delay=False),
 }
 
 
 def make_router(
     name: str, peer_id: PeerId, seed: int, params: Mapping[str, Any] | None = None,
     auth: Authenticity = Authenticity(), behaviours: tuple[Behaviour, ...] = (),
+    validation_delay: Mapping[str, float] | None = None,
 ) -> Router:
     """An engine of the named kind with its own RNG seeded by `seed` and the
     network's message authenticity `auth`; with `behaviours`, a sybil over
     that engine (which must keep a gossipsub mesh), drawing from its own RNG
-    derived from `seed`."""
+    derived from `seed`. `validation_delay`: seconds per topic that
+    validating a message takes (a kind that cannot delay refuses it)."""
     try:
         kind = ROUTERS[name]
     except KeyError:
         raise ValueError(f"unknown router {name!r} (known: {', '.join(ROUTERS)})") from None
-    engine = kind.build(peer_id, random.Random(seed), kind.make_params(params or {}), auth=auth)
+    delays = {t: round(s * NS) for t, s in (validation_delay or {}).items() if s > 0}
+    if delays and not kind.validation_delay:
+        raise ValueError(f"router {name} validates at once; it takes no validation delay")
+    extra = {"validation_delay": delays} if delays else {}
+    engine = kind.build(peer_id, random.Random(seed), kind.make_params(params or {}), auth=auth, **extra)
     if not behaviours:
         return engine
     if not isinstance(engine, GossipSubRouter):

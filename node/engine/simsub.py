@@ -175,6 +175,11 @@ class SimSubRouter:
             self.D.insert(0, source)
             out.event(TraceType.GRAFT, peer=source, topic=topic)
 
+    def wake(self, now: int) -> Output:
+        """Nothing to finish: this router validates at once and never asks
+        to be woken (a validation delay is refused for it)."""
+        return Output()
+
     def heartbeat(self, now: int) -> Output:
         out = OutputBuilder(now)
         if self.topic is not None:

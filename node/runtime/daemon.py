@@ -119,7 +119,8 @@ class Node:
         self.auth = cfg.auth()
         self.sybil = cfg.sybil()  # None: an honest node
         behaviours = self.sybil.behaviours(None) if self.sybil else ()
-        self.engine = make_router(cfg.router, self.peer_id, cfg.seed, cfg.params, auth=self.auth, behaviours=behaviours)
+        self.engine = make_router(cfg.router, self.peer_id, cfg.seed, cfg.params, auth=self.auth, behaviours=behaviours,
+                                  validation_delay=cfg.validation_delay)
         if cfg.app_specific_scores:
             self.engine.set_app_specific_scores(  # type: ignore[attr-defined]
                 {peer_id_from_b58(pid): value for pid, value in cfg.app_specific_scores.items()})
@@ -252,6 +253,14 @@ class Node:
             due += interval
             if due < t:
                 due = t + interval
+
+    async def _wake(self, at: int) -> None:
+        """Wake the engine at `at` (its clock, ns) for the work it finishes
+        then (a validation that takes time); never before `at`, even if the
+        wall clock and trio's disagree by a hair."""
+        await trio.sleep(self.clock.wall_s(max(0, at - self.clock.now_ns()) / 1e9))
+        now = max(self.clock.now_ns(), at)
+        self._apply(self.engine.wake(now), now)
 
     # Connections
 
@@ -466,6 +475,9 @@ class Node:
     # Engine output
 
     def _apply(self, out: Output, now: int) -> None:
+        for at in out.wakeups:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._wake, at)
         events = list(out.trace)
         forwarded: dict[int, bytes | None] = {}  # a message forwarded alone to many peers is encoded once
         for peer, rpc in out.sends:

@@ -26,6 +26,7 @@ from orchestrator.experiment.activity import Churn, Selector, Steady, TimelineEn
 from orchestrator.experiment.document import ExperimentFile, Variant, VariantGroup, read_document
 from orchestrator.experiment.experiment import Experiment
 from orchestrator.experiment.parts import Group, Links, Overlay, Resources, Wire, assign_paths
+from orchestrator.experiment.validation_fit import check_validation_delay
 from orchestrator.experiment.wire_fit import shared_wire
 from orchestrator.experiment.yamlsrc import Path_, Source, load_yaml, parse_yaml
 from orchestrator.routers.kinds import CONTRACT, kind_of
@@ -137,6 +138,7 @@ class _Checker:
         wire = shared_wire(doc.wire, self.groups, self.err)
         self.ids_fit(doc, wire)
         self.foreign_fit(doc, self.groups, workloads)
+        check_validation_delay(doc.validation_delay, self.groups, self.err)
         churn = self.churn(doc.churn, topics, workloads, doc.duration)
         linger_auto = doc.linger == "auto"
         linger = v.LINGER_AUTO_MAX if linger_auto else float(doc.linger)
@@ -149,6 +151,7 @@ class _Checker:
             strict_traces=doc.strict_traces, time_dilation=doc.time_dilation,
             wire=wire, resources=doc.resources, source=self.src, single_group_form=doc.nodes is not None,
             sizes={kind: dict(counts) for kind, counts in (doc.sizes or {}).items()},
+            validation_delay=tuple(doc.validation_delay.items()),
         )
         if doc.variants is not None:
             base = dataclasses.replace(base, variant_set=self.variants(doc, base, written))  # type: ignore[arg-type]
@@ -411,6 +414,7 @@ class _Checker:
                 for g, w in zip(base.groups, written)
             )
             self.foreign_fit(doc, groups, base.workloads)
+            check_validation_delay(doc.validation_delay, groups, self.err)
             wire = shared_wire(doc.wire, groups, self.err)
             self.ids_fit(doc, wire)
             check_adversaries(groups, self.err)

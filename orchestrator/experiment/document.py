@@ -96,6 +96,9 @@ class ExperimentFile(Part):
         description="group counts on a backend that cannot host the file's own (by backend, then group name): "
                     "`testbed run --backend docker` runs the file, and every variant, with these counts; "
                     "`testbed sim` and other backends keep the file's (docs/experiment-files.md)")
+    validation_delay: dict[v.text_type("a topic"), v.Time] = Field(  # type: ignore[valid-type]
+        {}, description="topic -> how long validating one of its messages takes on every node (test-plans' "
+                        "setTopicValidationDelay); the message is delivered and forwarded after it")
     variants: dict[VariantName, Variant | None] | None = Field(
         None,
         description="the same experiment run once per variant, each overriding only routers, router "

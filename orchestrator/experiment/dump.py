@@ -61,6 +61,8 @@ def experiment_to_dict(exp: Experiment, resolved: ResolvedExperiment) -> dict[st
     if exp.time_dilation != 1.0:
         d["time_dilation"] = exp.time_dilation
     d["wire"] = exp.wire.dump()
+    if exp.validation_delay:
+        d["validation_delay"] = dict(exp.validation_delay)
     return d
 
 

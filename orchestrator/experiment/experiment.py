@@ -46,6 +46,7 @@ class Experiment:
     time_dilation: float  # wall seconds per experiment second on real backends (node/dilation.py)
     wire: Wire
     resources: Resources | None
+    validation_delay: tuple[tuple[str, float], ...]  # (topic, seconds), file order
     source: Source = field(compare=False, repr=False)
     single_group_form: bool = False  # written as `nodes:` rather than `groups:`
     variant: str | None = None  # which of its file's variants this is (None: the file itself)

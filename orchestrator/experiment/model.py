@@ -124,6 +124,9 @@ class ResolvedExperiment:
     security: str = "noise"  # noise | plaintext
     authenticity: str = "strict"  # strict | author | anonymous
     message_id: str = "from-seqno"  # from-seqno | first-8-bytes (big-endian u64)
+    # seconds that validating a message of a topic takes, on every node
+    # (test-plans' setTopicValidationDelay); topics not in it validate at once
+    validation_delay: Mapping[str, float] = field(default_factory=dict)
     # (a, b) -> LinkParams for ANY pair, from the latency model; None: pairs
     # outside `links` get `default_link`. Not part of equality (it is a
     # function of the fields above and the seed).
@@ -193,5 +196,7 @@ class ResolvedExperiment:
         }
         if self.time_dilation != 1.0:
             doc["time_dilation"] = self.time_dilation
+        if self.validation_delay:
+            doc["validation_delay"] = sorted(self.validation_delay.items())
         text = json.dumps(doc, sort_keys=True, default=repr)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

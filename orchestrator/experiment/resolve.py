@@ -97,7 +97,7 @@ class _Resolver:
             expectations=exp.expectations, duration=duration, linger=exp.linger, linger_auto=exp.linger_auto,
             strict_traces=exp.strict_traces, time_dilation=exp.time_dilation,
             resources=exp.resource_defaults, security=exp.wire.security, authenticity=exp.wire.authenticity,
-            message_id=exp.wire.message_id, pair_link=pair,
+            message_id=exp.wire.message_id, validation_delay=dict(exp.validation_delay), pair_link=pair,
         )
 
     # -- churn

@@ -3,8 +3,9 @@
 script_instruction.py), compiled from the resolved experiment.
 
 A node's script is: initGossipSub (its router parameters in go's names,
-orchestrator/go_params.py), subscribeToTopic for each of its topics, connect
-to the peers it dials (each overlay edge is dialled once, by the side
+orchestrator/go_params.py), setTopicValidationDelay for each of its topics
+that the experiment gives a validation delay, subscribeToTopic for each of
+its topics, connect to the peers it dials (each overlay edge is dialled once, by the side
 `orchestrator.routers.nodeconfigs.dials` picks for everyone), and, for a bare image
 only, its workload publishes. An adapter (our `--config` extensions) gets
 no publishes: the controller hands them over its control endpoint live.
@@ -52,6 +53,8 @@ def node_script(
     spec = resolved.node(name)
     index = node_indices(resolved)
     script: list[Instruction] = [{"type": "initGossipSub", "gossipSubParams": go_gossipsub_params(spec.params)}]
+    script += [{"type": "setTopicValidationDelay", "topicID": t, "delaySeconds": resolved.validation_delay[t]}
+               for t in spec.topics if t in resolved.validation_delay]
     script += [{"type": "subscribeToTopic", "topicID": t} for t in spec.topics]
     peers = dials.get(name, [])
     if peers:

@@ -73,7 +73,9 @@ class RouterKind:
     reporter)); `process`: "module:function" returning the argv that starts
     it as a process (before `--params FILE --config FILE`); `image`: a bare
     image's name; `authenticities`/`message_ids`: the wire settings it can
-    run (node/engine/authenticity.py's modes, node/wire/rpc.py's id functions)."""
+    run (node/engine/authenticity.py's modes, node/wire/rpc.py's id functions);
+    `validation_delay`: it can hold a topic's messages in validation for a
+    while (test-plans' setTopicValidationDelay)."""
 
     router: str
     implementation: str
@@ -86,6 +88,7 @@ class RouterKind:
     builder: str | None = None
     process: str | None = None
     image: str | None = None
+    validation_delay: bool = True
 
     @property
     def dilatable(self) -> bool:
@@ -130,7 +133,7 @@ ADAPTERS: dict[str, RouterKind] = {
     "py-libp2p": RouterKind(
         "py-libp2p", "py-libp2p", True, True, PY_EVENTS, PARAMS_KIND, authenticities=(STRICT,),
         message_ids=(FIRST_8_BYTES,), builder="orchestrator.images.pylibp2p:build_pylibp2p_image",
-        process="orchestrator.images.pylibp2p:pylibp2p_adapter_command"),
+        process="orchestrator.images.pylibp2p:pylibp2p_adapter_command", validation_delay=False),
 }
 
 
@@ -143,7 +146,8 @@ def kind_of(router: str) -> RouterKind:
     """The kind of any router an experiment can name: one of our engines, an
     adapter, or a bare contract image ("image:NAME"). KeyError otherwise."""
     if router in ROUTERS:
-        return RouterKind(router, OURS, False, True, None, ROUTERS[router])
+        return RouterKind(router, OURS, False, True, None, ROUTERS[router],
+                          validation_delay=ROUTERS[router].validation_delay)
     if router in ADAPTERS:
         return ADAPTERS[router]
     if router.startswith(IMAGE_PREFIX):

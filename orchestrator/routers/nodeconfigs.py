@@ -85,6 +85,7 @@ def build_configs(
             lag_path=str(run_dir / "node-logs" / f"{me}.lag.json"),
             scores_path=str(run_dir / "scores" / f"{me}.csv") if kind_of(spec.router).engine.scores_peers else "",
             security=resolved.security, authenticity=resolved.authenticity, message_id=resolved.message_id,
+            validation_delay=dict(resolved.validation_delay),
             time_dilation=clock.factor, clock_epoch_ns=clock.epoch_ns,
             adversary=adversary_config(spec.adversary, peer_id),
             app_specific_scores={peer_id[p]: v for p, v in resolved.app_specific_scores(me).items()}

@@ -37,7 +37,7 @@ from orchestrator.sim.traces import TraceSink
 WARMUP_S = 3.0
 
 # Event kinds, in the order they are handled when times tie.
-_CONNECT, _RPC, _DISCONNECTED, _HEARTBEAT, _CHURN, _PUBLISH, _END = range(7)
+_CONNECT, _RPC, _DISCONNECTED, _HEARTBEAT, _WAKE, _CHURN, _PUBLISH, _END = range(8)
 _SEND_RPC = TraceType.SEND_RPC
 
 
@@ -115,6 +115,8 @@ class Simulator:
                 self._on_rpc(a, b, c)
             elif kind == _HEARTBEAT:
                 self._on_heartbeat(a, b)
+            elif kind == _WAKE:
+                self._on_wake(a, b)
             elif kind == _CONNECT:
                 self._on_connect(a, b)
             elif kind == _DISCONNECTED:
@@ -138,6 +140,8 @@ class Simulator:
             self._on_delivered(node, msg)
         for peer in out.dials:
             self._dial(node, peer)
+        for at in out.wakeups:
+            self._push(at, _WAKE, node.name, node.incarnation)
         if not out.sends:
             if out.trace or out.scores:
                 self.sink.write(node.name, node.peer_id, out.trace, (self.now, out.scores))
@@ -206,6 +210,17 @@ class Simulator:
             return
         self._emit(node, node.engine.heartbeat(self.now))
         self._push(self.now + node.engine.heartbeat_interval, _HEARTBEAT, name, incarnation)
+
+    def _on_wake(self, name: str, incarnation: int) -> None:
+        """The engine asked to finish work now (a validation that took
+        time); a paused node does it when it runs again."""
+        node = self.nodes[name]
+        if node.incarnation != incarnation or node.engine is None:
+            return
+        if node.paused:
+            node.paused_inbox.append(lambda: self._on_wake(name, incarnation))
+            return
+        self._emit(node, node.engine.wake(self.now))
 
     def _on_connect(self, a: str, b: str) -> None:
         na, nb = self.nodes[a], self.nodes[b]
@@ -296,7 +311,10 @@ class Simulator:
     def _start(self, node: SimNode, t: int) -> None:
         node.incarnation += 1
         seed = incarnation_seed(node.seed, node.incarnation)
-        node.engine = make_router(node.router, node.peer_id, seed, node.params, node.auth, node.behaviours)
+        node.engine = make_router(
+            node.router, node.peer_id, seed, node.params, node.auth, node.behaviours,
+            self.resolved.validation_delay,
+        )
         if node.app_scores:
             node.engine.set_app_specific_scores(node.app_scores)  # type: ignore[attr-defined]
         node.paused_inbox.clear()

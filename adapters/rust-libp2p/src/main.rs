@@ -16,6 +16,7 @@ mod params;
 mod script;
 mod tap;
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -98,6 +99,7 @@ fn main() {
         None => script::node_id_from_hostname(&hostname()).unwrap_or_else(|e| bad_input(&e)),
     };
     let script = script::for_node(script::load(&args.params).unwrap_or_else(|e| bad_input(&e)), index);
+    let delays = script::validation_delays(&script).unwrap_or_else(|e| bad_input(&e));
     let (mut builder, warnings) =
         params::config_builder(&script::gossipsub_params(&script)).unwrap_or_else(|e| bad_input(&e));
     for warning in warnings {
@@ -114,10 +116,14 @@ fn main() {
         .validation_mode(if anonymous { ValidationMode::Anonymous } else { ValidationMode::Strict })
         .max_transmit_size(MAX_TRANSMIT_SIZE)
         .message_id_fn(move |m: &gossipsub::Message| MessageId::new(&tap::message_id(&id_tap, &m.data, m.topic.as_str())));
+    if !delays.is_empty() {
+        // Every received message then waits for the node's verdict (node.rs `validate`).
+        builder.validate_messages();
+    }
     let gossipsub_config = builder.build().unwrap_or_else(|e| bad_input(&format!("initGossipSub: {e}")));
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-    let code = runtime.block_on(run(config, index, script, gossipsub_config, anonymous, tap, start));
+    let code = runtime.block_on(run(config, index, script, delays, gossipsub_config, anonymous, tap, start));
     std::process::exit(code);
 }
 
@@ -125,6 +131,7 @@ async fn run(
     config: Option<NodeConfig>,
     index: u32,
     script: Vec<script::Instruction>,
+    delays: HashMap<String, Duration>,
     gossipsub_config: gossipsub::Config,
     anonymous: bool,
     tap: SharedTap,
@@ -185,6 +192,6 @@ async fn run(
         }
         None => Identity::bare(index),
     };
-    Node::new(swarm, tap, me, commands, script, start).run(receiver).await;
+    Node::new(swarm, tap, me, commands, script, delays, start).run(receiver).await;
     0
 }

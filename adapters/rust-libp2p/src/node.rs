@@ -9,7 +9,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use libp2p::gossipsub::{self, IdentTopic, TopicHash};
+use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance, MessageId, TopicHash};
 use libp2p::multiaddr::Protocol;
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, NetworkBehaviour, SwarmEvent};
@@ -91,6 +91,11 @@ pub struct Node {
     /// None: not isolated; Some(empty): isolated from everyone; else from these.
     isolated: Option<HashSet<PeerId>>,
     pending: HashMap<ConnectionId, oneshot::Sender<Value>>,
+    /// Per topic, how long validating a message takes (empty: gossipsub
+    /// validates itself, at once; else every message waits for `validate`).
+    validation_delays: HashMap<String, Duration>,
+    /// Messages in validation, by (when it ends, arrival order).
+    validating: BTreeMap<(Instant, u64), (MessageId, PeerId)>,
     delivered: u64,
     published: u64,
     dials_failed: u64,
@@ -124,6 +129,7 @@ impl Node {
         me: Identity,
         commands: mpsc::Sender<Command>,
         script: Vec<Instruction>,
+        validation_delays: HashMap<String, Duration>,
         start: Instant,
     ) -> Self {
         Self {
@@ -140,6 +146,8 @@ impl Node {
             dialled: HashMap::new(),
             isolated: None,
             pending: HashMap::new(),
+            validation_delays,
+            validating: BTreeMap::new(),
             delivered: 0,
             published: 0,
             dials_failed: 0,
@@ -163,6 +171,7 @@ impl Node {
         self.run_script();
         while !self.shutting_down {
             let wait = self.wait;
+            let validated = self.validating.keys().next().map(|(at, _)| *at);
             // The rare commands, timers and signals first, then the swarm.
             tokio::select! {
                 biased;
@@ -170,6 +179,9 @@ impl Node {
                 () = tokio::time::sleep_until(wait.unwrap_or_else(Instant::now).into()), if wait.is_some() => {
                     self.wait = None;
                     self.run_script();
+                }
+                () = tokio::time::sleep_until(validated.unwrap_or_else(Instant::now).into()), if validated.is_some() => {
+                    self.finish_validations();
                 }
                 _ = tokio::signal::ctrl_c() => self.shutting_down = true,
                 Some(()) = async { terminate.as_mut()?.recv().await } => self.shutting_down = true,
@@ -217,10 +229,8 @@ impl Node {
                         eprintln!("script: publish {message_id} on {topic_id}: {e}");
                     }
                 }
-                Instruction::InitGossipSub { .. } => {}
-                Instruction::SetTopicValidationDelay { topic_id, .. } => {
-                    eprintln!("script: setTopicValidationDelay on {topic_id} is not supported; ignored");
-                }
+                // Both are applied before the swarm is built (main.rs).
+                Instruction::InitGossipSub { .. } | Instruction::SetTopicValidationDelay { .. } => {}
                 Instruction::IfNodeIdEquals { .. } => unreachable!("script::for_node resolved it"),
             }
         }
@@ -545,10 +555,11 @@ impl Node {
         match event {
             SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(gossipsub::Event::Message {
                 propagation_source,
+                message_id,
                 message,
-                ..
             })) => {
                 self.delivered += 1;
+                self.validate(message.topic.as_str(), message_id, propagation_source);
                 emit(
                     "Received Message",
                     &[
@@ -592,6 +603,36 @@ impl Node {
             SwarmEvent::IncomingConnectionError { error, .. } => eprintln!("incoming connection: {error}"),
             _ => {}
         }
+    }
+
+    /// With validation delays, gossipsub holds every message until told:
+    /// at once for a topic without a delay, else when its delay is over.
+    fn validate(&mut self, topic: &str, id: MessageId, source: PeerId) {
+        if self.validation_delays.is_empty() {
+            return;
+        }
+        match self.validation_delays.get(topic) {
+            Some(delay) => {
+                // `delivered` counts arrivals: a unique order for equal due times.
+                self.validating.insert((Instant::now() + *delay, self.delivered), (id, source));
+            }
+            None => self.accept(&id, &source),
+        }
+    }
+
+    fn finish_validations(&mut self) {
+        let now = Instant::now();
+        while let Some(entry) = self.validating.first_entry() {
+            if entry.key().0 > now {
+                return;
+            }
+            let (id, source) = entry.remove();
+            self.accept(&id, &source);
+        }
+    }
+
+    fn accept(&mut self, id: &MessageId, source: &PeerId) {
+        self.swarm.behaviour_mut().gossipsub.report_message_validation_result(id, source, MessageAcceptance::Accept);
     }
 
     /// Writes Graft/Prune for every change of the mesh since the last look

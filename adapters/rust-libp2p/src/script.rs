@@ -3,6 +3,9 @@
 //! resolved once, when the script is loaded, so the event loop only ever sees
 //! this node's own instructions.
 
+use std::collections::HashMap;
+use std::time::Duration;
+
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -39,11 +42,13 @@ pub enum Instruction {
         #[serde(rename = "elapsedSeconds")]
         elapsed_seconds: u64,
     },
-    /// Accepted so test-plans' scripts load; this adapter validates at once.
+    /// Validating a message of the topic takes this long (validation_delays).
     #[serde(rename = "setTopicValidationDelay")]
     SetTopicValidationDelay {
         #[serde(rename = "topicID")]
         topic_id: String,
+        #[serde(rename = "delaySeconds")]
+        delay_seconds: f64,
     },
     #[serde(rename = "ifNodeIDEquals")]
     IfNodeIdEquals {
@@ -90,6 +95,21 @@ pub fn gossipsub_params(script: &[Instruction]) -> Map<String, Value> {
         .unwrap_or_default()
 }
 
+/// How long validating a message of each topic takes, from every
+/// `setTopicValidationDelay` of the script (gossipsub must be told before it
+/// is built that the application validates: `validate_messages`).
+pub fn validation_delays(script: &[Instruction]) -> Result<HashMap<String, Duration>, String> {
+    let mut out = HashMap::new();
+    for i in script {
+        if let Instruction::SetTopicValidationDelay { topic_id, delay_seconds } = i {
+            let delay = Duration::try_from_secs_f64(*delay_seconds)
+                .map_err(|e| format!("setTopicValidationDelay {topic_id}: delaySeconds {delay_seconds}: {e}"))?;
+            out.insert(topic_id.clone(), delay);
+        }
+    }
+    Ok(out)
+}
+
 /// The node index a `nodeN` hostname names.
 pub fn node_id_from_hostname(hostname: &str) -> Result<u32, String> {
     hostname
@@ -119,6 +139,21 @@ mod tests {
         assert_eq!(mine.len(), 3);
         assert!(matches!(mine[1], Instruction::Publish { message_id: 7, message_size_bytes: 9, .. }));
         assert_eq!(gossipsub_params(&mine)["D"], 4);
+    }
+
+    #[test]
+    fn validation_delays_by_topic() {
+        let script: Params = serde_json::from_str(
+            r#"{"script": [{"type": "setTopicValidationDelay", "topicID": "a-subnet", "delaySeconds": 0.005}]}"#,
+        )
+        .unwrap();
+        let delays = validation_delays(&script.script).unwrap();
+        assert_eq!(delays["a-subnet"], Duration::from_millis(5));
+        let bad: Params = serde_json::from_str(
+            r#"{"script": [{"type": "setTopicValidationDelay", "topicID": "t", "delaySeconds": -1}]}"#,
+        )
+        .unwrap();
+        assert!(validation_delays(&bad.script).is_err());
     }
 
     #[test]

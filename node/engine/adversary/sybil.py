@@ -10,6 +10,7 @@ floods and forced GRAFTs are ordinary SEND_RPC and GRAFT events."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 
@@ -80,6 +81,9 @@ class Sybil:
     def publish_message(self, now: int, msg: Message) -> Output:
         return self._edit(now, self.engine.publish_message(now, msg))
 
+    def wake(self, now: int) -> Output:
+        return self._edit(now, self.engine.wake(now))
+
     def heartbeat(self, now: int) -> Output:
         honest = self._edit(now, self.engine.heartbeat(now))
         out = OutputBuilder(now)
@@ -116,11 +120,11 @@ class Sybil:
                 rpc = Rpc(rpc.subscriptions, kept, rpc.control)
             if rpc.subscriptions or rpc.publish or rpc.control is not None:
                 sends.append((peer, rpc))
-        return Output(tuple(sends), out.deliveries, out.trace + tuple(dropped), out.dials, out.scores)
+        return dataclasses.replace(out, sends=tuple(sends), trace=out.trace + tuple(dropped))
 
 
 def _merge(first: Output, then: Output) -> Output:
     return Output(
         first.sends + then.sends, first.deliveries + then.deliveries, first.trace + then.trace,
-        first.dials + then.dials, first.scores + then.scores,
+        first.dials + then.dials, first.scores + then.scores, first.wakeups + then.wakeups,
     )

@@ -254,6 +254,11 @@ class EpisubRouter:
 
     # Timers
 
+    def wake(self, now: int) -> Output:
+        """Nothing to finish: this router validates at once and never asks
+        to be woken (a validation delay is refused for it)."""
+        return Output()
+
     def heartbeat(self, now: int) -> Output:
         out = EpisubOut(now)
         p = self.params
