@@ -62,6 +62,12 @@ class RunDir:
     def topology_edges(self) -> list[dict[str, Any]]:
         return list((self.topology or {}).get("edges") or [])
 
+    def traced_sample(self) -> frozenset[str] | None:
+        """The nodes a sampled simulator run traced (the manifest's `trace`,
+        docs/simulator.md "Trace levels"), or None: every node was traced."""
+        trace = self.manifest.get("trace") or {}
+        return frozenset(trace.get("traced") or ()) if trace.get("level") == "sample" else None
+
 
 def _load_json(path: Path) -> Any:
     try:

@@ -80,19 +80,26 @@ ROUTERS: dict[str, RouterKind] = {
 }
 
 
+def router_kind(name: str) -> RouterKind:
+    try:
+        return ROUTERS[name]
+    except KeyError:
+        raise ValueError(f"unknown router {name!r} (known: {', '.join(ROUTERS)})") from None
+
+
 def make_router(
-    name: str, peer_id: PeerId, seed: int, params: Mapping[str, Any] | None = None,
+    name: str, peer_id: PeerId, seed: int, params: Mapping[str, Any] | object | None = None,
     auth: Authenticity = Authenticity(), behaviours: tuple[Behaviour, ...] = (),
 ) -> Router:
     """An engine of the named kind with its own RNG seeded by `seed` and the
     network's message authenticity `auth`; with `behaviours`, a sybil over
     that engine (which must keep a gossipsub mesh), drawing from its own RNG
-    derived from `seed`."""
-    try:
-        kind = ROUTERS[name]
-    except KeyError:
-        raise ValueError(f"unknown router {name!r} (known: {', '.join(ROUTERS)})") from None
-    engine = kind.build(peer_id, random.Random(seed), kind.make_params(params or {}), auth=auth)
+    derived from `seed`. `params`: a mapping, or the kind's parameters as
+    its `make_params` built them (frozen, so engines can share them: the
+    simulator builds one for all nodes with the same)."""
+    kind = router_kind(name)
+    built = params if type(params) is kind.params else kind.make_params(params or {})  # type: ignore[arg-type]
+    engine = kind.build(peer_id, random.Random(seed), built, auth=auth)
     if not behaviours:
         return engine
     if not isinstance(engine, GossipSubRouter):
