@@ -47,6 +47,7 @@ def run_analysis(
     from analysis.ingest import ingest, known_peer_ids
     from analysis.integrity import killed_nodes, missing_files, trace_integrity
     from analysis.metrics import compute
+    from analysis.sampling import sample_summary
     from analysis.spark import get_spark
 
     run = open_run_dir(run_dir, traces)
@@ -73,6 +74,7 @@ def run_analysis(
     summary["trace_files"] = ing.files
     summary["trace_integrity"] = trace_integrity(ing.reports, killed_nodes(run))
     summary["missing_files"] = missing_files(run)
+    summary.update(sample_summary(run))
     summary["analysis_wall_s"] = round(time.monotonic() - started, 3)
     expectations = run.expectations()
     if expectations:

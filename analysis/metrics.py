@@ -411,6 +411,9 @@ def build_context(run: RunDir, per_node: pd.DataFrame, structure: pd.DataFrame) 
     ]
     topo_nodes = run.topology_nodes()
     topo_topics = {str(n["name"]): list(n.get("topics") or []) for n in topo_nodes if "name" in n}
+    sample = run.traced_sample()
+    if sample is not None:  # the figures are the traced nodes': the others' deliveries are not in the traces
+        topo_topics = {name: topics for name, topics in topo_topics.items() if name in sample}
     nodes = sorted(set(topo_topics) | set(per_node["node"].dropna()))
     alive = {
         r.node: (int(r.first_ts), int(r.last_ts)) for r in per_node.itertuples() if r.node is not None

@@ -69,6 +69,12 @@ class RunDir:
         paths = (self.topology or {}).get("network_paths_ms")
         return {str(src): {str(n): float(d) for n, d in dist.items()} for src, dist in paths.items()} if paths else None
 
+    def traced_sample(self) -> frozenset[str] | None:
+        """The nodes a sampled simulator run traced (the manifest's `trace`,
+        docs/simulator.md "Trace levels"), or None: every node was traced."""
+        trace = self.manifest.get("trace") or {}
+        return frozenset(trace.get("traced") or ()) if trace.get("level") == "sample" else None
+
 
 def _load_json(path: Path) -> Any:
     try:

@@ -1,23 +1,36 @@
 """Simulator benchmark: events per second, wall time against simulated time,
-and peak memory for the reference simulator's set-up (simsub routers,
-N-connect 10, per-pair latency uniform 10-150 ms, each message injected through
-5 random nodes) at several sizes. Each size runs in its own process so peak
-memory is its own.
+peak memory and trace size at several sizes. Each size runs in its own
+process so peak memory is its own.
+
+Two set-ups. The default is the reference simulator's (simsub routers,
+N-connect 10, per-pair latency uniform 10-150 ms, each message injected
+through 5 random nodes). `--file` takes an experiment file instead, its
+groups' counts scaled to each `--nodes` (split evenly): issue 37's scale run
+is topologies/scale/gossipsub-100k.yaml. `--trace-sample F` runs at the
+sample trace level (docs/simulator.md, "Trace levels"); `--analyse` also
+times the analysis and the report of each run; `--extrapolate N` adds a column for N nodes
+carried on along the line through the two largest sizes measured, marked as
+extrapolated.
 
     .venv/bin/python bench/bench_sim.py                 # 100, 1000, 10000 nodes
     .venv/bin/python bench/bench_sim.py --nodes 1000 --messages 100 --interval 0.1
+    .venv/bin/python bench/bench_sim.py --file topologies/scale/gossipsub-100k.yaml \\
+        --nodes 10000 100000 --trace-sample 0.01 --analyse --extrapolate 1000000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -31,30 +44,97 @@ links: {{latency: {{model: uniform, min_ms: 10, max_ms: 150}}}}
 workload: {{messages: {messages}, interval: {interval}s, size: 64, inject: 5}}
 linger: 5s
 """
+# what scales with the number of nodes, for --extrapolate
+PER_NODE = ("events", "sim_wall_s", "analysis_wall_s", "report_wall_s", "peak_rss_mb", "trace_mb", "run_dir_mb", "resolve_s")
 
 
-def run_one(nodes: int, messages: int, interval: float, router: str) -> dict:
+def scaled(path: Path, nodes: int) -> str:
+    """The experiment file with its groups' counts scaled to `nodes` in all."""
+    doc = yaml.safe_load(path.read_text())
+    groups = doc.get("groups") or [doc["nodes"]]
+    for i, group in enumerate(groups):
+        group["count"] = nodes // len(groups) + (1 if i < nodes % len(groups) else 0)
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def run_one(args: argparse.Namespace, nodes: int) -> dict:
     from orchestrator.experiment.spec import parse_experiment, resolved_to_yaml
     from orchestrator.sim.run import run_simulation
 
-    experiment = parse_experiment(
-        EXPERIMENT.format(nodes=nodes, messages=messages, interval=interval, router=router), "bench.yaml"
-    )
+    text = scaled(args.file, nodes) if args.file else EXPERIMENT.format(
+        nodes=nodes, messages=args.messages, interval=args.interval, router=args.router)
+    experiment = parse_experiment(text, str(args.file or "bench.yaml"))
     t0 = time.perf_counter()
     resolved = experiment.resolve()
     resolve_s = time.perf_counter() - t0
-    with tempfile.TemporaryDirectory() as tmp:
-        result = run_simulation(resolved, resolved_to_yaml(resolved, experiment), Path(tmp) / "run")
-        trace_bytes = sum(p.stat().st_size for p in (Path(tmp) / "run" / "traces").glob("*.pb"))
-    s = result.summary
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        run_dir = Path(tmp) / "run"
+        result = run_simulation(resolved, resolved_to_yaml(resolved, experiment), run_dir, **trace_level(args))
+        peak_sim = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        trace_bytes = sum(p.stat().st_size for p in (run_dir / "traces").glob("*.pb"))
+        row = figures(result.summary, nodes, resolve_s, peak_sim, trace_bytes)
+        if args.analyse:
+            row.update(analyse(run_dir))
+        row["run_dir_mb"] = round(sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file()) / 1e6, 1)
+    return row
+
+
+def trace_level(args: argparse.Namespace) -> dict:
+    """run_simulation's trace level: none given (the full level) unless
+    --trace-sample, so the bench also runs on code from before the levels."""
+    if args.trace_sample is None:
+        return {}
+    from orchestrator.sim.trace_level import TraceLevel
+
+    return {"trace_level": TraceLevel(args.trace_sample)}
+
+
+def figures(s: dict, nodes: int, resolve_s: float, peak_mb: float, trace_bytes: int) -> dict:
     return {
-        "nodes": nodes, "messages": messages, "resolve_s": round(resolve_s, 2),
-        "events": s["events_processed"], "wall_s": s["wall_s"], "simulated_s": s["simulated_s"],
+        "nodes": nodes, "messages": s["messages"], "resolve_s": round(resolve_s, 2),
+        "events": s["events_processed"], "sim_wall_s": s["wall_s"], "simulated_s": s["simulated_s"],
         "events_per_s": s["events_per_s"], "faster_than_real_time": s["wall_s"] < s["simulated_s"],
         "delivery_ratio": s["delivery_ratio"], "latency_p99_ms": s["latency_p99_ms"],
-        "trace_mb": round(trace_bytes / 1e6, 1),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "trace_mb": round(trace_bytes / 1e6, 1), "peak_rss_mb": round(peak_mb, 1),
     }
+
+
+def analyse(run_dir: Path) -> dict:
+    """What `testbed sim` does after simulating, timed: the analysis, then
+    the report; the analysis' figures beside the simulator's."""
+    from analysis import run_analysis, write_report
+
+    t0 = time.perf_counter()
+    summary = run_analysis(run_dir)
+    t1 = time.perf_counter()
+    write_report([run_dir], run_dir / "report.html")
+    return {
+        "analysis_wall_s": round(t1 - t0, 1),
+        "report_wall_s": round(time.perf_counter() - t1, 1),
+        "analysed_delivery_ratio": summary.get("delivery_ratio"),
+        "trace_level": (summary.get("trace_level") or {}).get("level"),
+        "peak_rss_after_analysis_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def extrapolated(rows: list[dict], nodes: int) -> dict:
+    """The measured rows carried on to `nodes`, not a measurement: along the
+    line through the two largest sizes (what grows per node, over a fixed
+    base), or in proportion to the one size measured."""
+    last = rows[-1]
+    first = rows[-2] if len(rows) > 1 else {key: 0 for key in last}
+    span = last["nodes"] - (first["nodes"] or 0)
+
+    def carried(key: str) -> float:
+        slope = (last[key] - (first[key] or 0)) / span
+        return round(last[key] + slope * (nodes - last["nodes"]), 1)
+
+    out = {key: "-" for key in last}
+    out.update({key: carried(key) for key in PER_NODE if isinstance(last.get(key), (int, float))})
+    out["events_per_s"] = round(out["events"] / out["sim_wall_s"]) if out.get("sim_wall_s") else "-"
+    out.update(nodes=f"{nodes} (extrapolated from {', '.join(str(r['nodes']) for r in rows[-2:])})",
+               simulated_s=last["simulated_s"])
+    return out
 
 
 def main() -> None:
@@ -63,28 +143,44 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100)
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--router", default="simsub")
+    parser.add_argument("--file", type=Path, help="an experiment file, its groups scaled to each --nodes")
+    parser.add_argument("--trace-sample", type=float, help="trace this fraction of the nodes (default: all)")
+    parser.add_argument("--analyse", action="store_true", help="also time the analysis of each run")
+    parser.add_argument("--extrapolate", type=int, help="add a column for this many nodes, extrapolated")
+    parser.add_argument("--tmp", default=os.environ.get("TMPDIR"), help="where the run directories go")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_one(args.nodes[0], args.messages, args.interval, args.router)))
+        print(json.dumps(run_one(args, args.nodes[0])))
+        return
+    rows = []
+    for n in args.nodes:
+        child = [a for a in sys.argv[1:] if a not in ("--json",)]
+        at = child.index("--nodes") if "--nodes" in child else None
+        if at is not None:  # drop the list of sizes, run this one
+            end = at + 1
+            while end < len(child) and not child[end].startswith("--"):
+                end += 1
+            child[at:end] = []
+        out = subprocess.run([sys.executable, __file__, *child, "--child", "--nodes", str(n)],
+                             capture_output=True, text=True, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    if args.extrapolate:
+        rows.append(extrapolated(rows, args.extrapolate))
+    if args.json:
+        print(json.dumps(rows, indent=1))
         return
     from rich.console import Console
     from rich.table import Table
 
-    rows = []
-    for n in args.nodes:
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", "--nodes", str(n), "--messages", str(args.messages),
-             "--interval", str(args.interval), "--router", args.router],
-            capture_output=True, text=True, check=True,
-        )
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    table = Table(title=f"simulator: {args.router}, {args.messages} messages every {args.interval}s")
+    setup = args.file or f"{args.router}, {args.messages} messages every {args.interval}s"
+    table = Table(title=f"simulator: {setup}, trace {'sample ' + str(args.trace_sample) if args.trace_sample else 'full'}")
     table.add_column("metric", style="bold")
     for row in rows:
         table.add_column(f"{row['nodes']} nodes", justify="right")
     for key in rows[0]:
-        table.add_row(key, *(str(row[key]) for row in rows))
+        table.add_row(key, *(str(row.get(key, "-")) for row in rows))
     Console().print(table)
 
 

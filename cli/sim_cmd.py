@@ -27,10 +27,21 @@ def sim(
     variant: Annotated[str | None, typer.Option(help="Run only this variant of the file.")] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Analyse the traces and write report.html.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON document.")] = False,
+    trace_sample: Annotated[float | None, typer.Option(
+        help="Trace only this fraction of the nodes (a seeded sample, 0 < F < 1), plus exact per-node event "
+             "counts for all of them (counters.csv); default: every node's full trace.",
+    )] = None,
 ) -> None:
     """Simulate an experiment on a virtual clock (deterministic for a seed)."""
+    from orchestrator.errors import InputError
     from orchestrator.routers.kinds import refuse_in_simulator
+    from orchestrator.sim.trace_level import TraceLevel
     from orchestrator.sim.run import run_simulation
+
+    try:
+        level = TraceLevel(trace_sample)
+    except ValueError as exc:
+        raise InputError(f"--trace-sample: {exc}") from None
 
     plan = plan_runs(file, seed, out, "sim", variant)
     for run in plan.runs:
@@ -38,7 +49,7 @@ def sim(
     reporter = Reporter() if as_json else RichReporter(Console(stderr=True))
     summaries: dict[str, dict] = {}
     for run in plan.runs:
-        result = run_simulation(run.resolved, run.resolved_yaml, run.run_dir, reporter)
+        result = run_simulation(run.resolved, run.resolved_yaml, run.run_dir, reporter, level)
         summaries[run.variant or run.resolved.name] = result.summary
     outcome = finish_runs(plan) if report else None
     if as_json:

@@ -99,7 +99,7 @@ def test_wrong_types(tmp_path, capsys, old, new, line, field):
 
 @pytest.mark.parametrize("old,new,line,field", [
     ("count: 10", "count: 1000000000", 3, "nodes.count"),
-    ("count: 10", "count: 100001", 3, "nodes.count"),
+    ("count: 10", "count: 1000001", 3, "nodes.count"),
     ("  topics: [t]", "  topics: [t]\n  uplink: 1000000000000", 6, "nodes.uplink"),
     ("  topics: [t]", "  topics: [t]\n  uplink: 5tbit", 6, "nodes.uplink"),
     ("  topics: [t]", "  topics: [t]\n  resources: {memory: 5000g}", 6, "nodes.resources.memory"),

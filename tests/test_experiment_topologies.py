@@ -88,7 +88,7 @@ def test_testbed_schema_accepts_every_topology_and_refuses_a_typo():
     for broken in ({**quick, "durration": 3}, {**quick, "seed": 2**70}, {**quick, "linger": "soon"}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(broken, schema)
-    assert schema["properties"]["nodes"]["anyOf"][0]["properties"]["count"]["maximum"] == 100_000
+    assert schema["properties"]["nodes"]["anyOf"][0]["properties"]["count"]["maximum"] == 1_000_000
 
     def patterns(node):
         if isinstance(node, dict):

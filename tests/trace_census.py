@@ -174,6 +174,15 @@ def _topology_nodes(run: Path) -> list[dict]:
     return json.loads(path.read_text())["nodes"] if path.is_file() else []
 
 
+def _traced(run: Path) -> set[str] | None:
+    """The nodes a sampled simulator run traced, as its manifest lists them
+    (docs/simulator.md, "Trace levels"): the only nodes whose deliveries the
+    traces can show. None: every node was traced."""
+    path = run / "manifest.json"
+    trace = (json.loads(path.read_text()).get("trace") or {}) if path.is_file() else {}
+    return set(trace["traced"]) if trace.get("level") == "sample" else None
+
+
 def _names(nodes: list[dict]) -> dict[bytes, str]:
     return {b58decode(n["peer_id"]): n["name"] for n in nodes if n.get("peer_id")}
 
@@ -266,7 +275,7 @@ def count(run: Path, traces: Path | None = None) -> Census:
     down = _down_intervals(run)
     c.messages = len(published)
     c.first_publish_ns = min((ts for ts, _, _ in published.values()), default=None)
-    everyone = set(topics_of) | c.nodes_with_records
+    everyone = _traced(run) or set(topics_of) | c.nodes_with_records
     for m, (ts, topic, pubs) in published.items():
         expected_here: list[str] = []
         for node in everyone:
@@ -538,3 +547,17 @@ def _mesh_at(log: list[tuple[int, str, str, str]], at: int) -> dict[str, set[str
         else:
             meshes[topic].clear()
     return meshes
+
+
+def assert_counters_agree(sampled: Path, full: Census) -> None:
+    """A sampled run's counters.csv, read with the csv module, against the
+    census of the full traces of the same seeded run: every node's count of
+    every trace event type."""
+    T = trace_module().TraceEvent
+    with open(sampled / "counters.csv", newline="") as f:
+        rows = {row.pop("node"): row for row in csv.DictReader(f)}
+    missing = set(full.per_node) - set(rows)
+    assert not missing, f"counters.csv misses nodes that have traces: {sorted(missing)[:5]}"
+    for node, row in rows.items():
+        counted = {T.Type.Value(name): int(v) for name, v in row.items() if int(v)}
+        assert counted == dict(full.per_node.get(node, {})), node

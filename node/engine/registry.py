@@ -88,25 +88,34 @@ ROUTERS: dict[str, EngineKind] = {
 }
 
 
+def engine_kind(name: str) -> EngineKind:
+    """The registry's entry for `name`; ValueError naming the known ones."""
+    try:
+        return ROUTERS[name]
+    except KeyError:
+        raise ValueError(f"unknown router {name!r} (known: {', '.join(ROUTERS)})") from None
+
+
 def make_router(
-    name: str, peer_id: PeerId, seed: int, params: Mapping[str, Any] | None = None,
+    name: str, peer_id: PeerId, seed: int, params: Mapping[str, Any] | object | None = None,
     auth: Authenticity = Authenticity(), behaviours: tuple[Behaviour, ...] = (),
     validation_delay: Mapping[str, float] | None = None,
 ) -> Router:
     """An engine of the named kind with its own RNG seeded by `seed` and the
     network's message authenticity `auth`; with `behaviours`, a sybil over
     that engine (which must keep a gossipsub mesh), drawing from its own RNG
-    derived from `seed`. `validation_delay`: seconds per topic that
-    validating a message takes (a kind that cannot delay refuses it)."""
-    try:
-        kind = ROUTERS[name]
-    except KeyError:
-        raise ValueError(f"unknown router {name!r} (known: {', '.join(ROUTERS)})") from None
+    derived from `seed`. `params`: a mapping, or the kind's parameters as
+    its `make_params` built them (frozen, so engines can share them: the
+    simulator builds one for all nodes with the same). `validation_delay`:
+    seconds per topic that validating a message takes (a kind that cannot
+    delay refuses it)."""
+    kind = engine_kind(name)
     delays = {t: round(s * NS) for t, s in (validation_delay or {}).items() if s > 0}
     if delays and not kind.validation_delay:
         raise ValueError(f"router {name} validates at once; it takes no validation delay")
     extra = {"validation_delay": delays} if delays else {}
-    engine = kind.build(peer_id, random.Random(seed), kind.make_params(params or {}), auth=auth, **extra)
+    built = params if type(params) is kind.params else kind.make_params(params or {})  # type: ignore[arg-type]
+    engine = kind.build(peer_id, random.Random(seed), built, auth=auth, **extra)
     if not behaviours:
         return engine
     if not isinstance(engine, GossipSubRouter):

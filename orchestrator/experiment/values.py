@@ -22,11 +22,11 @@ from pydantic_core import PydanticCustomError
 from orchestrator.experiment.model import Expectation
 from orchestrator.experiment.links import parse_rate
 
-MAX_NODES = 100_000  # nodes in one experiment
-MAX_EDGES = 2_000_000  # overlay edges (full or random overlays included)
+MAX_NODES = 1_000_000  # nodes in one experiment: the simulator runs a million (docs/scale.md)
+MAX_EDGES = 10_000_000  # overlay edges (full or random overlays included): a million nodes at degree 10
 MAX_DEGREE = 1_000
 MAX_MESSAGES = 100_000  # workload messages per workload
-MAX_CHURN_ACTIONS = 100_000  # resolved churn actions, timeline and steady each
+MAX_CHURN_ACTIONS = 1_000_000  # resolved churn actions, timeline and steady each
 MAX_SECONDS = 7 * 24 * 3600.0  # every time and duration: one week
 MAX_LATENCY_MS = 60_000.0  # one-way latency and jitter: one minute
 MAX_RATE_BPS = 100 * 10**9  # 100 gbit

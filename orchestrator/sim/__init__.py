@@ -1,2 +1,2 @@
-"""The virtual-time simulator: protocol engines in one process on a virtual clock, with the link model's
-latencies, and its trace output."""
+"""The virtual-time simulator's parts (`testbed sim`): what it keeps of a
+run beside the engines themselves."""

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from node.engine.adversary import Behaviour
 from node.engine.api import Router
+from node.engine.registry import engine_kind
 from node.engine.authenticity import Authenticity
 from node.engine.registry import ROUTERS
 from node.wire.rpc import PeerId
@@ -38,7 +40,7 @@ class SimNode:
     name: str
     peer_id: PeerId
     router: str
-    params: dict
+    params: object  # the router kind's parameters, one object for all nodes with the same
     seed: int
     life: NodeLife  # process state, topics, partitions: orchestrator/experiment/lifecycle.py
     neighbours: tuple[str, ...]
@@ -52,6 +54,8 @@ class SimNode:
     paused_inbox: list[Callable[[], None]] = field(default_factory=list)
     heartbeat_due: bool = False
     conns: dict[PeerId, Conn] = field(default_factory=dict)
+    index: int = 0  # its place in the experiment's node order (EventCounts)
+    traced: bool = True  # its trace is kept (orchestrator/sim/trace_level.py)
 
     @property
     def paused(self) -> bool:
@@ -71,10 +75,18 @@ def sim_nodes(resolved: ResolvedExperiment, origin: int) -> dict[str, SimNode]:
     neighbours = resolved.neighbours()
     identities = node_identities(resolved)
     peer_ids = {name: identity.peer_id for name, identity in identities.items()}
+    shared: dict[tuple, Any] = {}  # one copy of the same parameters and topics: a million copies took about 2 GB
+
+    def one(key: tuple, make: Callable[[], Any]) -> Any:
+        if key not in shared:
+            shared[key] = make()
+        return shared[key]
+
     return {
         n.name: SimNode(
-            n.name, identities[n.name].peer_id, n.router, dict(n.params), n.seed,
-            NodeLife(Process.STOPPED, frozenset(n.topics)),
+            n.name, identities[n.name].peer_id, n.router,
+            one(("params", n.router, repr(sorted(n.params.items()))), lambda n=n: engine_kind(n.router).make_params(n.params)),
+            n.seed, NodeLife(Process.STOPPED, one(("topics", *sorted(n.topics)), lambda n=n: frozenset(n.topics))),
             tuple(neighbours[n.name]), n.uplink_bps,
             authenticity_for(resolved, identities[n.name], modelled=True),
             sybil_behaviours(n.adversary, peer_ids, origin),

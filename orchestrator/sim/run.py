@@ -18,6 +18,7 @@ from orchestrator.records.manifest import build_manifest
 from orchestrator.routers.peers import wire_facts
 from orchestrator.progress import Reporter
 from orchestrator.records.runinfo import RunWriter
+from orchestrator.sim.trace_level import COUNTERS_FILE, TraceLevel
 from orchestrator.sim.stats import summarize
 from orchestrator.sim.simulator import WARMUP_S, Simulator
 
@@ -33,6 +34,7 @@ def run_simulation(
     resolved_yaml: str,
     run_dir: Path,
     reporter: Reporter | None = None,
+    trace_level: TraceLevel = TraceLevel(),
 ) -> SimResult:
     reporter = reporter or Reporter()
     writer = RunWriter(run_dir)
@@ -47,10 +49,12 @@ def run_simulation(
             warnings.append(fields["message"])
         writer.event(t_ns, kind, **fields)
 
-    sim = Simulator(resolved, run_dir / "traces", log_event, WARMUP_S)
+    sim = Simulator(resolved, run_dir / "traces", log_event, WARMUP_S, trace_level)
     end = sim.end_time()
     with reporter.phase(f"simulating {resolved.name}: {len(resolved.nodes)} nodes", 100) as advance:  # percent
         stats = sim.run(lambda ns: advance(ns * 100 / end))
+    if sim.counts is not None:
+        sim.counts.write(run_dir / COUNTERS_FILE)
     wall = time.perf_counter() - wall0
     summary = summarize(stats, wall, sim.now / NS)
     writer.write_manifest(build_manifest(
@@ -59,6 +63,16 @@ def run_simulation(
         shaping_detail="latency, jitter, loss and uplink serialization modelled by the simulator",
         nodes=len(resolved.nodes), warnings=warnings, wall_time_s=round(wall, 3), events_processed=stats.events,
         python=platform.python_version(), **wire_facts(resolved), sim_summary=summary,
+        trace=trace_facts(trace_level, sim.traced, len(resolved.nodes)),
     ))
     writer.close()
     return SimResult(run_dir, summary)
+
+
+def trace_facts(level: TraceLevel, traced: frozenset[str], nodes: int) -> dict[str, Any]:
+    """The manifest's `trace`: the level, and at `sample` which nodes were
+    traced and where the counts of all nodes are."""
+    if level.sample is None:
+        return {"level": level.name}
+    return {"level": level.name, "fraction": level.sample, "traced_nodes": len(traced), "nodes": nodes,
+            "counters": COUNTERS_FILE, "traced": sorted(traced)}

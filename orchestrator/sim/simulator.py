@@ -28,6 +28,7 @@ from orchestrator.experiment.resolve import incarnation_seed
 from orchestrator.experiment.lifecycle import Ineligible, Process, Verb, drive
 from orchestrator.routers.peers import authenticity_for, injector_identity
 from orchestrator.sim.churn import SimRunner
+from orchestrator.sim.trace_level import EventCounts, TraceLevel
 from orchestrator.sim.dial import DialOnSend
 from orchestrator.sim.gc import quiet_gc
 from orchestrator.sim.node import Conn, SimNode, sim_nodes
@@ -48,6 +49,7 @@ class Simulator:
         trace_dir: Path,
         log_event: Callable[..., None],
         warmup_s: float = WARMUP_S,
+        trace_level: TraceLevel = TraceLevel(),
     ) -> None:
         self.resolved = resolved
         self.log_event = log_event
@@ -56,14 +58,21 @@ class Simulator:
         self.sink = TraceSink(trace_dir)
         self.stats = SimStats(nodes=len(resolved.nodes))
         self.nodes: dict[str, SimNode] = sim_nodes(resolved, self.warmup)
+        self.traced = trace_level.traced(list(self.nodes), resolved.seed, (n for p in resolved.publishes for n in p.via))
+        for index, node in enumerate(self.nodes.values()):
+            node.index, node.traced = index, node.name in self.traced
+        self.counts = None if trace_level.sample is None else EventCounts(list(self.nodes))
         injector = injector_identity()
         self.injector_id = injector.peer_id
         self.injector_auth = authenticity_for(resolved, injector, modelled=True)
         self._heap: list[tuple] = []
         self._seq = 0
         self._epoch = 0
-        self._expected: dict[bytes, tuple[int, set[str]]] = {}
-        self._delivered: set[tuple[bytes, str]] = set()
+        # per message: when it was published, and which nodes (one byte each, by
+        # SimNode.index) expect it and have it: a million nodes' names in sets
+        # took over a gigabyte for ten messages
+        self._expected: dict[bytes, tuple[int, bytearray]] = {}
+        self._delivered: dict[bytes, bytearray] = {}
         self.dials = DialOnSend({n.peer_id: n.name for n in self.nodes.values()})
         self.now = 0
 
@@ -142,17 +151,20 @@ class Simulator:
             self._dial(node, peer)
         for at in out.wakeups:
             self._push(at, _WAKE, node.name, node.incarnation)
+        if self.counts is not None:
+            self._count(node, out)
         if not out.sends:
-            if out.trace or out.scores:
+            if node.traced and (out.trace or out.scores):
                 self.sink.write(node.name, node.peer_id, out.trace, (self.now, out.scores))
             return
         now = self.now
         stats = self.stats
-        events = list(out.trace)
+        events = list(out.trace) if node.traced else None
         conns = node.conns
         stats.rpcs += len(out.sends)
         for peer, rpc in out.sends:
-            events.append(TraceEvent(_SEND_RPC, now, b"", "", peer, "", "", rpc))
+            if events is not None:
+                events.append(TraceEvent(_SEND_RPC, now, b"", "", peer, "", "", rpc))
             stats.transmissions += len(rpc.publish)
             ctl = rpc.control
             if ctl is not None:
@@ -165,7 +177,16 @@ class Simulator:
                 self._transmit(node, conn, rpc)
             elif getattr(node.engine, "dials_on_send", False) and (dst := self.dials.hold(node.name, peer, rpc)):
                 self._push(now + self._latency(node.name, dst), _CONNECT, node.name, dst)
-        self.sink.write(node.name, node.peer_id, events, (now, out.scores))
+        if events is not None:
+            self.sink.write(node.name, node.peer_id, events, (now, out.scores))
+
+    def _count(self, node: SimNode, out: Output) -> None:
+        """Every node's trace events, counted by type, traced or not."""
+        assert self.counts is not None
+        counts, base = self.counts.counts, self.counts.base(node.index)
+        for ev in out.trace:
+            counts[base + ev.type] += 1
+        counts[base + _SEND_RPC] += len(out.sends)
 
     def _transmit(self, node: SimNode, conn: Conn, rpc: Rpc) -> None:
         """Onto the connection: the uplink serializes, the link loses, delays
@@ -360,11 +381,12 @@ class Simulator:
         self.stats.messages += 1
         self.stats.publish += len(live)
         publishers = {n.name for n in live}
-        expected = {
-            n.name for n in self.nodes.values()
-            if n.life.reachable and p.topic in n.life.topics and n.name not in publishers
-        }
+        expected = bytearray(len(self.nodes))
+        for n in self.nodes.values():
+            if n.life.reachable and p.topic in n.life.topics and n.name not in publishers:
+                expected[n.index] = 1
         self._expected[mid] = (self.now, expected)
+        self._delivered.setdefault(mid, bytearray(len(self.nodes)))
         self.log_event(
             self.now, RunEvent.PUBLISH, node=p.publisher, via=[n.name for n in live], topic=p.topic,
             message_id=mid.hex(), size=p.size, seq=p.seq,
@@ -374,13 +396,15 @@ class Simulator:
         self.stats.deliver += 1
         mid = msg.id
         entry = self._expected.get(mid)
-        if entry is not None and node.name in entry[1] and (mid, node.name) not in self._delivered:
-            self._delivered.add((mid, node.name))
-            self.stats.latencies_ns.append(self.now - entry[0])
+        if entry is not None and entry[1][node.index]:
+            got = self._delivered[mid]
+            if not got[node.index]:
+                got[node.index] = 1
+                self.stats.latencies_ns.append(self.now - entry[0])
 
     def _count_expected(self) -> None:
-        self.stats.expected_deliveries = sum(len(e[1]) for e in self._expected.values())
-        self.stats.on_time_deliveries = len(self._delivered)
+        self.stats.expected_deliveries = sum(e[1].count(1) for e in self._expected.values())
+        self.stats.on_time_deliveries = sum(got.count(1) for got in self._delivered.values())
 
     # Churn
 

@@ -5,6 +5,7 @@ as Spark's are, so the summary agrees with `testbed analyze`."""
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ class SimStats:
     expected_deliveries: int = 0
     on_time_deliveries: int = 0
     events: int = 0
-    latencies_ns: list[int] = field(default_factory=list)
+    latencies_ns: array = field(default_factory=lambda: array("q"))  # 8 bytes each, not an int object
 
 
 def percentile(sorted_values: list[int], q: float) -> float | None:
