@@ -103,8 +103,9 @@ class _Checker:
                                        "select publishers among our routers' nodes")
         rated = [h for h in groups if h.app_specific_score]
         if rated:
+            g = next(g for g in groups if kind_of(g.router).foreign)
             raise self.err((*rated[0].path, "app_specific_score"), f"group {g.name or 'nodes'!r} runs a foreign "
-                           f"router ({implementation(g.router)}), which cannot be given an application-specific "
+                           f"router ({kind_of(g.router).implementation}), which cannot be given an application-specific "
                            "score (P5); set app_specific_score only in files of our routers")
         for e in doc.churn.timeline:
             if e.action in ("leave", "join"):
