@@ -7,6 +7,8 @@ are large enough) and resolve.py what needs time (a node is running).
 
 from __future__ import annotations
 
+import math
+
 import typing
 from typing import Any, Literal
 
@@ -205,6 +207,12 @@ class Distribution(Part):
             if getattr(self, key) is None:
                 raise v.problem(f"missing required key {key!r} for the {self.distribution} distribution")
         return self
+
+    def expected(self) -> float:
+        """The mean of a draw (before `min` raises it)."""
+        if self.distribution == "exponential":
+            return float(self.mean)  # type: ignore[arg-type]
+        return float(self.scale) * math.gamma(1.0 + 1.0 / float(self.shape))  # type: ignore[arg-type]
 
     def draw(self, rng: Any) -> float:
         if self.distribution == "exponential":

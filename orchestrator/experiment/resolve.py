@@ -265,6 +265,10 @@ class _Resolver:
         self.steady_nodes = chosen
         until = s.until if s.until is not None else (self.exp.duration if self.exp.duration is not None else last_publish)
         up_verb = UNDO[Verb(s.action)].value
+        cycle = max(s.session.expected(), s.session.min) + max(s.downtime.expected(), s.downtime.min)  # type: ignore[union-attr]
+        if len(chosen) * 2 * (until - s.start) / cycle > 2 * MAX_CHURN_ACTIONS:  # refused before drawing them all
+            raise self.exp.error(s.path, f"steady churn would act more than {MAX_CHURN_ACTIONS} times; "
+                                 "lengthen the sessions or shorten the churn")
         out: list[ChurnAction] = []
         for n in chosen:
             nrng = derive_rng(self.seed, "steady", n)
