@@ -17,7 +17,6 @@ from orchestrator.backends.docker.teardown import (
     PARALLEL,
     SETTLE_S,
     Scope,
-    bounded,
     teardown,
 )
 from orchestrator.dockerapi.client import LABEL, LABEL_STATE, LABEL_TESTBED
@@ -253,21 +252,6 @@ def test_scope_admits_only_its_testbed_and_state_directory():
     assert "gtb-old" not in {n.name for n in engine.networks_by_id.values()}
     run(engine, Scope(None, None))  # `testbed gc`: any state directory, still only ours
     assert [n.name for n in engine.networks_by_id.values()] == ["unlabelled"]
-
-
-def test_bounded_cancels_what_has_not_started_when_one_call_fails():
-    started: list[int] = []
-
-    def work(i: int) -> int:
-        started.append(i)
-        if i == 0:
-            raise KeyboardInterrupt
-        time.sleep(0.05)
-        return i
-
-    with pytest.raises(KeyboardInterrupt):
-        bounded(work, list(range(100)), workers=2)
-    assert len(started) < 10
 
 
 def test_node_directory_config_and_a_trace_path_outside_the_run_directory(tmp_path):

@@ -19,7 +19,6 @@ store, even when the process that created it was killed.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 from node.config import LinkShape, NodeConfig
 from node.runtime.client import ControlClient
 from orchestrator.errors import TestbedError
+from orchestrator.fanout import errors_by_item
 from orchestrator.progress import Reporter
 from orchestrator.records.state import StateStore
 
@@ -153,16 +153,11 @@ class Backend(ABC):
         """`stop` every node that runs, a few at a time; returns why, for each
         node that could not be stopped. A backend that can signal them all at
         once overrides this."""
-        def one(node: str) -> str | None:
-            try:
-                if self.is_running(node):
-                    self.stop(node)
-            except Exception as exc:  # noqa: BLE001 - reported, the others go on
-                return str(exc)
-            return None
+        def one(node: str) -> None:
+            if self.is_running(node):
+                self.stop(node)
 
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            return {n: why for n, why in zip(nodes, pool.map(one, nodes), strict=True) if why is not None}
+        return {n: str(exc) for n, exc in errors_by_item(one, list(nodes), 16).items()}
 
     @abstractmethod
     def kill(self, node: str) -> None:

@@ -46,7 +46,7 @@ from orchestrator.backends.api import Backend, BackendContext, Capabilities, Nod
 from orchestrator.backends.docker.netns import NetnsMixin
 from orchestrator.shaping.proxy import config_proxy_shapes, proxy_needed, shape_foreign
 from orchestrator.backends.docker.stop import stop_all
-from orchestrator.backends.docker.teardown import Scope, bounded, find, summary
+from orchestrator.backends.docker.teardown import Scope, find, summary
 from orchestrator.dockerapi.client import (
     LABEL,
     LABEL_IP,
@@ -61,6 +61,7 @@ from orchestrator.dockerapi.client import (
     start_or_explain,
 )
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
+from orchestrator.fanout import fan_out
 from orchestrator.routers.kinds import build_foreign_image, foreign_kind, is_foreign
 from orchestrator.routers.foreign_nodes import PARAMS
 from orchestrator.images.base import image_or_none
@@ -240,7 +241,7 @@ class DockerBackend(NetnsMixin, Backend):
 
     def start_many(self, configs: Iterable[NodeConfig]) -> None:
         """`start` for many nodes, a few Docker calls at a time."""
-        bounded(self.start, list(configs), PARALLEL)
+        fan_out(self.start, list(configs), PARALLEL)
 
     def _launch(self, config: NodeConfig) -> tuple[str, list[str] | None, list[str], str]:
         """(image, entrypoint (None: the image's own), command, log size) of a node."""

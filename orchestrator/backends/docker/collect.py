@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends.docker import nodedir
-from orchestrator.backends.docker.teardown import bounded
 from orchestrator.dockerapi.client import LABEL_NODE, LABEL_TESTBED, cgroup_cpu_seconds, cgroup_memory
+from orchestrator.fanout import fan_out
 from orchestrator.routers.foreign_nodes import PARAMS, STDOUT
 
 CPU_SOURCE = "cgroup cpuacct of each container"
@@ -44,7 +44,7 @@ def record_containers(api: Any, testbed: str, run_dir: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({k: state.get(k) for k in STATE_KEYS}, indent=1) + "\n")
 
-    bounded(record, _listed(api, testbed, every=True), PARALLEL)
+    fan_out(record, _listed(api, testbed, every=True), PARALLEL)
 
 
 def memory_usage(client: Any, testbed: str) -> dict[str, int]:

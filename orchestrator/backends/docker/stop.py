@@ -66,12 +66,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from orchestrator.dockerapi.client import cgroup_procs
 from orchestrator.errors import TeardownIncomplete
+from orchestrator.fanout import fan_out
 from orchestrator.host.procs import proc_alive, proc_parent, send_signal
 
 POLL_S = 0.05  # between listings of the containers: one Docker call each
@@ -101,11 +101,6 @@ def _signal(client: Any, cid: str, sig: str) -> str | None:
     except requests.exceptions.RequestException as exc:  # a daemon that does not answer: named, not a traceback
         return f"Docker did not answer the {sig}: {exc}"
     return None
-
-
-def _fan_out(fn: Callable[[str], Any], ids: Sequence[str]) -> list[Any]:
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        return list(pool.map(fn, ids))
 
 
 def only_child(pid: int) -> int | None:
@@ -154,7 +149,7 @@ def stop_all(client: Any, flt: dict[str, str], containers: dict[str, str], grace
         client.api.unpause(cid)
     ids = sorted(by_id)
     can_hold = network is not None and os.geteuid() == 0
-    held = dict(zip(ids, _fan_out(lambda cid: _hold(client, cid), ids) if can_hold else [None] * len(ids),
+    held = dict(zip(ids, fan_out(lambda cid: _hold(client, cid), ids, WORKERS) if can_hold else [None] * len(ids),
                     strict=True))
     held = {cid: pids for cid, pids in held.items() if pids is not None}
     from_host = network is None and os.geteuid() == 0
@@ -163,8 +158,8 @@ def stop_all(client: Any, flt: dict[str, str], containers: dict[str, str], grace
         for init in direct.values():
             send_signal(init, signal.SIGTERM)
         through_docker = [c for c in ids if c not in held and c not in direct]
-        errors = {cid: why for cid, why in zip(through_docker, _fan_out(
-            lambda cid: _signal(client, cid, "SIGTERM"), through_docker)) if why}
+        errors = {cid: why for cid, why in zip(through_docker, fan_out(
+            lambda cid: _signal(client, cid, "SIGTERM"), through_docker, WORKERS)) if why}
         deadline = clock() + grace_s
         errors.update(_release(client, held, network, grace_s, clock, sleep))
         _reap(direct, grace_s, clock, sleep)
@@ -183,8 +178,8 @@ def stop_all(client: Any, flt: dict[str, str], containers: dict[str, str], grace
             "libnetwork deadlocks when many containers exit at once, moby/moby#46661; docs/docker.md). "
             "Restart the Docker daemon (systemctl restart docker), then `testbed down --all`"], [])
     if left:
-        errors.update({cid: why for cid, why in zip(sorted(left), _fan_out(
-            lambda cid: _signal(client, cid, "SIGKILL"), sorted(left)), strict=True) if why})
+        errors.update({cid: why for cid, why in zip(sorted(left), fan_out(
+            lambda cid: _signal(client, cid, "SIGKILL"), sorted(left), WORKERS), strict=True) if why})
         deadline = clock() + grace_s
         while left and clock() < deadline:
             sleep(POLL_S)

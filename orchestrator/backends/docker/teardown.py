@@ -43,7 +43,6 @@ import re
 import shlex
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +53,7 @@ from orchestrator.host import iptables
 from orchestrator.backends.docker import own_bridge
 from orchestrator.dockerapi.client import LABEL_STATE, LABEL_TESTBED, DaemonNotAnswering, docker_client, stuck, where
 from orchestrator.errors import BackendUnavailable, TeardownIncomplete
+from orchestrator.fanout import fan_out
 from orchestrator.progress import Reporter
 
 PARALLEL = 8  # concurrent removals: enough to be quick, few enough not to race the network layer
@@ -235,21 +235,6 @@ def unchecked(scope: Scope, exc: BackendUnavailable) -> Leftover:
                     f"{DAEMON_RESTART if is_stuck else 'systemctl start docker'}, then {again}")
 
 
-def bounded(fn: Callable[[Any], Any], items: list[Any], workers: int = PARALLEL) -> list[Any]:
-    """fn over items, at most `workers` at a time; on an exception (Ctrl-C
-    included) the calls not yet started are cancelled, not run."""
-    if len(items) <= 1:
-        return [fn(i) for i in items]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(fn, i) for i in items]
-        try:
-            return [f.result() for f in futures]
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
-
-
 def teardown(client: Any, scope: Scope, reporter: Reporter | None = None,
              sleep: Callable[[float], None] = time.sleep) -> TeardownReport:
     """Remove everything the scope admits; see the module docstring for the
@@ -271,7 +256,7 @@ def teardown(client: Any, scope: Scope, reporter: Reporter | None = None,
             if container.id in live:
                 _disconnect(container, our_networks)
         late = []
-        for container, outcome in zip(found.containers, bounded(
+        for container, outcome in zip(found.containers, fan_out(
                 lambda c: _remove_container(c, force=c.id in live), found.containers,
                 PARALLEL if found.networks else PARALLEL_NO_ENDPOINT), strict=True):
             if outcome is None:

@@ -42,7 +42,7 @@ from orchestrator.backends.swarm import task as task_spec
 from orchestrator.shaping import tc
 from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.backends.docker.nodedir import MOUNT, NODE_UID
-from orchestrator.backends.docker.teardown import Scope, bounded
+from orchestrator.backends.docker.teardown import Scope
 from orchestrator.dockerapi.client import (
     LABEL,
     LABEL_NODE,
@@ -53,6 +53,7 @@ from orchestrator.dockerapi.client import (
     kill_container,
 )
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
+from orchestrator.fanout import fan_out
 from orchestrator.records.state import StateStore
 from orchestrator.backends.swarm.collect import collect_one
 from orchestrator.backends.swarm.engines import Swarm, Task, overlay_subnet
@@ -234,7 +235,7 @@ class SwarmBackend(Backend):
                 self._deferred[config.name] = config
             else:
                 now.append(config)
-        bounded(self._run, now, PARALLEL)
+        fan_out(self._run, now, PARALLEL)
         self._await_running(now)
 
     def _run(self, config: NodeConfig) -> None:
@@ -399,7 +400,7 @@ class SwarmBackend(Backend):
         into the run directory; record its task's final state. A node that
         could not be read (lost with its swarm node) is a collection warning."""
         image = self._image()
-        self._problems = [p for p in bounded(lambda node: collect_one(
+        self._problems = [p for p in fan_out(lambda node: collect_one(
             self.swarm, service_name(self.testbed, node), node, self.run_dir, image, self.labels(node)),
             self._nodes(), PARALLEL) if p]
 
