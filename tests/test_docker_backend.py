@@ -16,7 +16,7 @@ import pytest
 from node.config import LinkShape
 from orchestrator.backends.api import BackendContext
 from orchestrator.backends.docker import own_bridge
-from orchestrator.dockerapi.client import LABEL_IP, LABEL_NODE, LABEL_RUN, LABEL_TESTBED
+from orchestrator.dockerapi.names import LABEL_IP, LABEL_NODE, LABEL_RUN, LABEL_TESTBED
 from orchestrator.backends.docker.wiring import DOCKER_NETWORK, OWN_BRIDGE
 from orchestrator.records.state import StateStore
 from tests.docker_fixtures import (  # noqa: F401 - fixtures

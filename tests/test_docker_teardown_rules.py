@@ -11,15 +11,9 @@ import time
 import docker.errors
 import pytest
 
-from orchestrator.backends.docker.teardown import (
-    DAEMON_RESTART,
-    NETWORK_BACKOFF_S,
-    PARALLEL,
-    SETTLE_S,
-    Scope,
-    teardown,
-)
-from orchestrator.dockerapi.client import LABEL, LABEL_STATE, LABEL_TESTBED
+from orchestrator.backends.docker.teardown import NETWORK_BACKOFF_S, SETTLE_S, teardown
+from orchestrator.dockerapi.names import LABEL, LABEL_STATE, LABEL_TESTBED, PARALLEL
+from orchestrator.dockerapi.teardown import DAEMON_RESTART, Scope
 from orchestrator.errors import TeardownIncomplete
 
 STATE = "/state/a"

@@ -10,7 +10,7 @@ import json
 import subprocess
 
 from orchestrator.backends.swarm import dind as swarm_dind
-from orchestrator.dockerapi.client import LABEL, LABEL_STATE, LABEL_TESTBED
+from orchestrator.dockerapi.names import LABEL, LABEL_STATE, LABEL_TESTBED
 from orchestrator.errors import BackendUnavailable
 from orchestrator.backends.swarm.collect import collect_one
 from orchestrator.backends.swarm.engines import ENGINES_ENV, Task, engine_urls

@@ -45,7 +45,7 @@ from node.config import LinkShape, NodeConfig
 from node.shaping.stream import MAX_RETRANSMITS, RTO_MIN_S
 from node.shaping.proxy import ProxyConfig
 from orchestrator.backends.api import ShapingCapabilities
-from orchestrator.dockerapi.client import LABEL_NODE
+from orchestrator.dockerapi.names import LABEL_NODE
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.routers.nodeconfigs import user_shape

@@ -46,20 +46,17 @@ from orchestrator.backends.api import Backend, BackendContext, Capabilities, Nod
 from orchestrator.backends.docker.netns import NetnsMixin
 from orchestrator.shaping.proxy import config_proxy_shapes, proxy_needed, shape_foreign
 from orchestrator.backends.docker.stop import stop_all
-from orchestrator.backends.docker.teardown import Scope, find, summary
+from orchestrator.backends.docker.teardown import find
+from orchestrator.dockerapi import names
 from orchestrator.dockerapi.client import (
-    LABEL,
-    LABEL_IP,
-    LABEL_NODE,
-    LABEL_RUN,
-    LABEL_STATE,
-    LABEL_TESTBED,
     current_state_dir,
     docker_available,
     docker_client,
     kill_container,
     start_or_explain,
 )
+from orchestrator.dockerapi.names import LABEL_IP, LABEL_NODE, LABEL_TESTBED
+from orchestrator.dockerapi.teardown import Scope, summary
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
 from orchestrator.fanout import fan_out
 from orchestrator.routers.kinds import build_foreign_image, foreign_kind, is_foreign
@@ -74,10 +71,8 @@ __all__ = ["DockerBackend", "NodeResources", "docker_available"]
 LISTEN_PORT = 9000  # the gossipsub-interop contract's port, for every container
 CONTROL_PORT = 4002
 STOP_TIMEOUT_S = 10
-DEFAULT_MEMORY = "256m"
 NODE_LOG_SIZE = "1m"  # our routers log to /node/node.log; the container log is a fallback
 FOREIGN_LOG_SIZE = "512m"  # a foreign node's container log is its stdout: every received copy
-PARALLEL = 8  # concurrent Docker API calls in the *_many helpers and cleanup
 
 
 @dataclass(frozen=True)
@@ -87,19 +82,6 @@ class NodeResources:
 
     memory: str | None = None
     cpus: float | None = None
-
-
-def _safe(name: str) -> str:
-    """Docker object names: [a-zA-Z0-9][a-zA-Z0-9_.-]*."""
-    return re.sub(r"[^a-zA-Z0-9_.-]", "_", name)
-
-
-def network_name(testbed: str) -> str:
-    return f"gtb-{_safe(testbed)}"
-
-
-def container_name(testbed: str, node: str) -> str:
-    return f"gtb-{_safe(testbed)}-{_safe(node)}"
 
 
 class DockerBackend(NetnsMixin, Backend):
@@ -126,7 +108,7 @@ class DockerBackend(NetnsMixin, Backend):
             "/bin/sh", "-c", 'exec python3 -m node --config "$0" >>"$1" 2>&1']
         self.network_kind = docker_wiring.chosen(opts.get("network"))  # what `prepare` makes
         resources = opts.get("resources") or {}
-        default_resources = opts.get("default_resources") or NodeResources(memory=DEFAULT_MEMORY)
+        default_resources = opts.get("default_resources") or NodeResources(memory=names.DEFAULT_MEMORY)
         self.resources: dict[str, NodeResources] = dict(resources)
         self.default_resources = default_resources
         self._client = docker_client()
@@ -149,7 +131,7 @@ class DockerBackend(NetnsMixin, Backend):
 
     @property
     def network_name(self) -> str:
-        return network_name(self.testbed)
+        return names.network_name(self.testbed)
 
     @property
     def subnet(self) -> str | None:
@@ -161,11 +143,7 @@ class DockerBackend(NetnsMixin, Backend):
         return self.wiring.gateway if self.wiring else None
 
     def labels(self, node: str | None = None) -> dict[str, str]:
-        labels = {LABEL: "1", LABEL_TESTBED: self.testbed, LABEL_RUN: self.run_id,
-                  LABEL_STATE: self.state_scope}
-        if node is not None:
-            labels[LABEL_NODE] = node
-        return labels
+        return names.labels(self.testbed, self.run_id, self.state_scope, node)
 
     def prepare(self, nodes: Sequence[str]) -> dict[str, NodeAddress]:
         leftovers = find(self._client, Scope(self.testbed, None)).resources()
@@ -241,7 +219,7 @@ class DockerBackend(NetnsMixin, Backend):
 
     def start_many(self, configs: Iterable[NodeConfig]) -> None:
         """`start` for many nodes, a few Docker calls at a time."""
-        fan_out(self.start, list(configs), PARALLEL)
+        fan_out(self.start, list(configs), names.PARALLEL)
 
     def _launch(self, config: NodeConfig) -> tuple[str, list[str] | None, list[str], str]:
         """(image, entrypoint (None: the image's own), command, log size) of a node."""
@@ -287,7 +265,7 @@ class DockerBackend(NetnsMixin, Backend):
             place.network_mode: api.create_endpoint_config(**place.endpoint)}) if place.endpoint else None
         created = api.create_container(
             image,
-            name=container_name(self.testbed, node),
+            name=names.node_object_name(self.testbed, node),
             entrypoint=entrypoint,
             command=command,
             labels={**self.labels(node), LABEL_IP: self.ips[node]},
@@ -312,7 +290,7 @@ class DockerBackend(NetnsMixin, Backend):
         import docker.errors  # noqa: PLC0415
 
         try:
-            container = self._client.containers.get(container_name(self.testbed, node))
+            container = self._client.containers.get(names.node_object_name(self.testbed, node))
         except docker.errors.NotFound:
             return None
         if container.labels.get(LABEL_TESTBED) != self.testbed:

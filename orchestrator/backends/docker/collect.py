@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends.docker import nodedir
-from orchestrator.dockerapi.client import LABEL_NODE, LABEL_TESTBED, cgroup_cpu_seconds, cgroup_memory
+from orchestrator.dockerapi.client import cgroup_cpu_seconds, cgroup_memory
+from orchestrator.dockerapi.names import LABEL_NODE, LABEL_TESTBED, PARALLEL
 from orchestrator.fanout import fan_out
 from orchestrator.routers.foreign_nodes import PARAMS, STDOUT
 
 CPU_SOURCE = "cgroup cpuacct of each container"
-PARALLEL = 8  # concurrent inspections
 STATE_KEYS = ("Status", "ExitCode", "OOMKilled", "StartedAt", "FinishedAt", "Error")
 
 

@@ -32,17 +32,16 @@ active endpoints" and its subnet leaks. The cure is to avoid the race:
    Leftover: what Docker holds could not be listed (`cleanup`); the host's
    side goes all the same.
 
-A Scope says which labelled objects one teardown may touch: one testbed or
+A Scope (orchestrator/dockerapi/teardown.py) says which labelled objects one teardown may touch: one testbed or
 all, made under one state directory or under any (`testbed gc`). Nothing
 without our labels is ever removed.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,71 +50,18 @@ from orchestrator.shaping import delayline
 from orchestrator.host import iptables
 
 from orchestrator.backends.docker import own_bridge
-from orchestrator.dockerapi.client import LABEL_STATE, LABEL_TESTBED, DaemonNotAnswering, docker_client, stuck, where
+from orchestrator.dockerapi.client import DaemonNotAnswering, docker_client, stuck
+from orchestrator.dockerapi.names import LABEL_STATE, LABEL_TESTBED, PARALLEL, node_prefix
+from orchestrator.dockerapi.teardown import DAEMON_RESTART, Leftover, Resource, Scope, TeardownReport, labels_of, unchecked
 from orchestrator.errors import BackendUnavailable, TeardownIncomplete
 from orchestrator.fanout import fan_out
 from orchestrator.progress import Reporter
 
-PARALLEL = 8  # concurrent removals: enough to be quick, few enough not to race the network layer
-PARALLEL_NO_ENDPOINT = 16  # ... when no Docker network of ours is left to race
+PARALLEL_NO_ENDPOINT = 16  # concurrent removals when no Docker network of ours is left to race (else PARALLEL)
 NETWORK_BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # waits between network removal attempts (~16 s)
 SETTLE_S = 0.5  # wait before the re-listing that catches objects a killed CLI's last calls created
 NO_ENDPOINT = ("exited", "dead", "created")  # container states that hold no network endpoint
 MAX_ROUNDS = 3
-DAEMON_RESTART = "systemctl restart docker"
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Which labelled objects a teardown may touch. `testbed` None: every
-    testbed. `state` None: made under any state directory; a string: only
-    those made under that one (objects from before the state label existed
-    count as the named testbed's, never as "every testbed's")."""
-
-    testbed: str | None
-    state: str | None
-
-    def label_filter(self) -> dict[str, str]:
-        return {"label": f"{LABEL_TESTBED}={self.testbed}" if self.testbed is not None else LABEL_TESTBED}
-
-    def admits(self, labels: dict[str, str]) -> bool:
-        if LABEL_TESTBED not in labels:
-            return False
-        if self.state is None:
-            return True
-        allowed = {self.state} if self.testbed is None else {self.state, ""}
-        return labels.get(LABEL_STATE, "") in allowed
-
-    def describe(self) -> str:
-        who = f"testbed {self.testbed}" if self.testbed is not None else "every testbed"
-        where = "any state directory" if self.state is None else f"state directory {self.state or '(none)'}"
-        return f"{who}, {where}"
-
-
-@dataclass(frozen=True)
-class Resource:
-    """One labelled Docker object, as listed before removal."""
-
-    kind: str  # container | network | volume | iptables rule | delay line | bridge
-    name: str
-    id: str
-    testbed: str
-    state: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "name": self.name, "id": self.id, "testbed": self.testbed, "state": self.state}
-
-
-@dataclass(frozen=True)
-class Leftover:
-    """Something that could not be removed, why, and the command that removes it."""
-
-    resource: Resource
-    why: str
-    command: str
-
-    def line(self) -> str:
-        return f"{self.resource.kind} {self.resource.name} was not removed: {self.why}; remove it with: {self.command}"
 
 
 @dataclass
@@ -152,23 +98,6 @@ def _bridge_resource(name: str, tag: str) -> Resource:
 def _line_resource(running: delayline.Running) -> Resource:
     return Resource("delay line", f"pid {running.pid} (NFQUEUE {running.queue})", f"pid-{running.pid}",
                     running.testbed, running.state)
-
-
-@dataclass(frozen=True)
-class TeardownReport:
-    removed: tuple[str, ...]
-    left: tuple[Leftover, ...]
-
-    def raise_if_incomplete(self) -> list[str]:
-        """The removed lines, or TeardownIncomplete naming every leftover."""
-        if self.left:
-            raise TeardownIncomplete([lf.line() for lf in self.left], list(self.removed))
-        return list(self.removed)
-
-
-def labels_of(obj: Any) -> dict[str, str]:
-    attrs = getattr(obj, "attrs", {}) or {}
-    return attrs.get("Labels") or (attrs.get("Config") or {}).get("Labels") or {}
 
 
 def _resource(kind: str, obj: Any) -> Resource:
@@ -222,17 +151,6 @@ def cleanup(scope: Scope, recorded: bool) -> list[str]:
         raise TeardownIncomplete([unchecked(scope, gone).line()], []) from exc
     finally:
         client.close()
-
-
-def unchecked(scope: Scope, exc: BackendUnavailable) -> Leftover:
-    """Docker's objects of `scope`, which a daemon that did not answer
-    (`exc`) kept from being listed."""
-    is_stuck = isinstance(exc, DaemonNotAnswering)
-    why = str(exc) if is_stuck else f"no Docker daemon answers at {where()}"
-    again = f"testbed down {scope.testbed}" if scope.testbed is not None else "testbed down --all"
-    return Leftover(Resource("everything Docker holds", f"for {scope.describe()}", "docker-daemon",
-                             scope.testbed or "", scope.state or ""), f"it could not be listed: {why}",
-                    f"{DAEMON_RESTART if is_stuck else 'systemctl start docker'}, then {again}")
 
 
 def teardown(client: Any, scope: Scope, reporter: Reporter | None = None,
@@ -345,7 +263,7 @@ def _accounted_for(endpoint_id: str, endpoint: dict[str, Any], ours: set[str], p
 def _remove_network(client: Any, network: Any, ours: set[str], sleep: Callable[[float], None]
                     ) -> tuple[str | None, Leftover | None]:
     res = _resource("network", network)
-    prefix = f"gtb-{re.sub(r'[^a-zA-Z0-9_.-]', '_', res.testbed)}-"
+    prefix = node_prefix(res.testbed)
     last = ""
     for attempt, wait in enumerate((0.0, *NETWORK_BACKOFF_S)):
         if wait:
@@ -417,11 +335,4 @@ def _remove_host_side(found: Found, removed: list[str], left: dict[str, Leftover
         why = own_bridge.delete_link(name)
         _note(None if why else f"removed bridge {name} ({tag})",
               Leftover(_bridge_resource(name, tag), why, f"ip link del {name}") if why else None, removed, left)
-
-
-def summary(resources: Iterable[Resource]) -> str:
-    counts: dict[str, int] = {}
-    for r in resources:
-        counts[r.kind] = counts.get(r.kind, 0) + 1
-    return ", ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in sorted(counts.items())) or "nothing"
 
