@@ -231,7 +231,7 @@ def test_kernel_rate_limit_slows_a_transfer(docker_backends):
     assert caps.kernel_rate
     cmds = backend.apply_kernel_shaping("a", {"b": LinkShape(delay_ms=20, rate_bps=1_000_000)}, None)
     assert any("htb" in c for c in cmds)
-    shown = backend.qdisc_show("a")
+    shown = backend.netns.qdisc_show("a")
     assert "qdisc htb 1: root" in shown and "class htb 1:10" in shown and "rate 1Mbit" in shown
 
     slow = _send(backend, "a", "b", nbytes, timeout=30)
@@ -245,7 +245,7 @@ def test_kernel_rate_limit_slows_a_transfer(docker_backends):
     backend.kill("a")
     backend.start(sink_config(backend, "a", {n: backend.address(n) for n in "abc"}))
     assert wait_for(lambda: tcp_reachable(backend.ips["a"], 9000))
-    assert "tbf" in backend.qdisc_show("a")
+    assert "tbf" in backend.netns.qdisc_show("a")
     limited = _send(backend, "a", "c", nbytes, timeout=30)
     assert limited is not None and 0.7 < limited[1] < 3.0, limited
 
@@ -266,7 +266,7 @@ def test_kernel_delay_reaches_the_frames_between_containers(docker_backends):
     assert all(s is not None and 0.06 <= s[1] < 0.2 for s in slow), slow
     assert fast is not None and fast[1] < 0.03, fast
     backend.destroy()
-    facts = backend.host_network_facts()
+    facts = backend.netns.host_network_facts()
     assert facts["neighbour_table_overflows"] == 0 and backend.shaping_warnings() == []
     if caps.path == "delayline+htb":
         assert facts["delay_line"]["shaped"] >= 6 and not facts["delay_line"]["running"]

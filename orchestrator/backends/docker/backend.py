@@ -33,17 +33,17 @@ Decisions (docs/docker.md says the same for users):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from node.config import NodeConfig
+from node.config import LinkShape, NodeConfig
 from orchestrator.backends.docker import collect
 from orchestrator.backends.docker import nodedir
 from orchestrator.backends.docker import teardown as docker_teardown
 from orchestrator.backends.docker import wiring as docker_wiring
 from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
-from orchestrator.backends.docker.netns import NetnsMixin
+from orchestrator.backends.docker.netns import Containers, Netns
 from orchestrator.shaping.proxy import config_proxy_shapes, proxy_needed, shape_foreign
 from orchestrator.backends.docker.stop import stop_all
 from orchestrator.backends.docker.teardown import find
@@ -84,7 +84,7 @@ class NodeResources:
     cpus: float | None = None
 
 
-class DockerBackend(NetnsMixin, Backend):
+class DockerBackend(Backend):
     name = "docker"
     capabilities = Capabilities(kernel_shaping=True, netem=True, partitions=True, pause=True, images=True,
                                 foreign_proxy=True)
@@ -114,10 +114,9 @@ class DockerBackend(NetnsMixin, Backend):
         self._client = docker_client()
         self.wiring: docker_wiring.Wiring | None = None
         self.ips: dict[str, str] = {}
-        self._partitions: dict[str, set[str]] = {}
-        self._caps: ShapingCapabilities | None = None
-        self._tc_applied: set[str] = set()
-        self.commands_run: list[str] = []
+        self.netns = Netns(testbed, self.run_dir, self.state_scope, self.store, self.reporter, self.ips, Containers(
+            attach=self._attach, get=self._container, get_or_none=self._container_or_none, wiring=self._wiring,
+            gateway=lambda: self.gateway, control=self._control))
         self.user = nodedir.node_user()
         self._shared: dict[str, dict[str, str]] | None = None  # binds of the image's unpacked code, libraries
         self._collected = False  # collect_traces ran: destroy need not inspect every container again
@@ -163,7 +162,7 @@ class DockerBackend(NetnsMixin, Backend):
         self.wiring = docker_wiring.create(self.network_kind, self._client, self.network_name, len(nodes),
                                            self.testbed, tag_of(self.testbed, self.state_scope), self.labels())
         self.reporter.note(self.wiring.describe())
-        self.prepare_host_network(len(nodes))
+        self.netns.prepare_host_network(len(nodes))
         nodedir.write_hosts(self.run_dir, {f"node{index}": self._allocate(node) for index, node in enumerate(nodes)})
         for sub in ("configs", "traces", "node-logs"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -204,12 +203,7 @@ class DockerBackend(NetnsMixin, Backend):
                 wiring.join(node, container, self.ips[node])
         start_or_explain(node, container)
         wiring.started(node, container, self.ips[node])
-        # A (re)started node has a fresh network namespace: no partition rules
-        # (the controller treats a restarted node as not isolated), and its
-        # kernel shaping is applied again.
-        self._partitions.pop(node, None)
-        self._tc_applied.discard(node)
-        self._apply_tc(node)
+        self.netns.restarted(node)
         if is_foreign(config.router) and proxy_needed(self.shaping_capabilities()):
             self.proxies[node] = shape_foreign(
                 self._client, container, node, config_proxy_shapes(config, self.ips), image=self.image,
@@ -319,6 +313,21 @@ class DockerBackend(NetnsMixin, Backend):
     def kill(self, node: str) -> None:
         kill_container(self._container(node))
 
+    def disconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
+        self.netns.disconnect(node, peers)
+
+    def reconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
+        self.netns.reconnect(node, peers)
+
+    def shaping_capabilities(self) -> ShapingCapabilities:
+        return self.netns.shaping_capabilities()
+
+    def apply_kernel_shaping(self, node: str, per_peer: Mapping[str, LinkShape], uplink_bps: int | None) -> list[str]:
+        return self.netns.apply_kernel_shaping(node, per_peer, uplink_bps)
+
+    def shaping_warnings(self) -> list[str]:
+        return self.netns.shaping_warnings()
+
     def pause(self, node: str) -> None:
         self._container(node).pause()
 
@@ -377,8 +386,8 @@ class DockerBackend(NetnsMixin, Backend):
 
     def manifest_facts(self) -> dict[str, Any]:
         """Each foreign node's shaping proxy (docker_proxy.ProxyInfo), the host's network facts
-        (docker_netns), and the host directories the router image's code and libraries are mounted from."""
-        facts: dict[str, Any] = ({"shaping_proxies": self.proxies} if self.proxies else {}) | self.host_network_facts()
+        (Netns), and the host directories the router image's code and libraries are mounted from."""
+        facts: dict[str, Any] = ({"shaping_proxies": self.proxies} if self.proxies else {}) | self.netns.host_network_facts()
         if self.wiring:
             facts["network"] = {"kind": self.wiring.kind, "bridge": self.wiring.bridge,
                                 "subnet": str(self.wiring.subnet)}
@@ -407,7 +416,7 @@ class DockerBackend(NetnsMixin, Backend):
         return collect.cpu_seconds(self._client.api, self.testbed)
 
     def destroy(self) -> None:
-        self.end_host_network()  # never raises: a failure is a warning, and cleanup retries
+        self.netns.end_host_network()  # never raises: a failure is a warning, and cleanup retries
         try:
             if not self._collected:
                 self.collect_traces()
