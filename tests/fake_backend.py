@@ -30,7 +30,7 @@ class FakeBackend(ProcessBackend):
 class StuckStopBackend(ProcessBackend):
     """Its first stop ends the routers and then finds them still listed as
     running, as Docker 20.10 does when its libnetwork deadlocks on many
-    exits (orchestrator/backends/docker/stop.py): TeardownIncomplete. Later stops are
+    exits (orchestrator/backends/docker/teardown.py): TeardownIncomplete. Later stops are
     the process backend's, as after a daemon restart."""
 
     name = "stuck"

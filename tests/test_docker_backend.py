@@ -172,9 +172,9 @@ def test_stopping_many_gives_every_router_sigterm_and_waits_for_docker(docker_ba
     nodes = ["a", "b", "c", "d"]
     _up(backend, nodes)
     if network == OWN_BRIDGE:  # no kill call through Docker: the host signals each init itself
-        from orchestrator.backends.docker import stop as docker_stop
+        from orchestrator.backends.docker import teardown as docker_teardown
 
-        monkeypatch.setattr(docker_stop, "_signal", lambda *a: pytest.fail(f"a kill through Docker: {a[1:]}"))
+        monkeypatch.setattr(docker_teardown, "_signal", lambda *a: pytest.fail(f"a kill through Docker: {a[1:]}"))
     assert backend.stop_many(nodes) == {}
     for node in nodes:
         state = backend._container(node).attrs["State"]

@@ -45,8 +45,7 @@ from orchestrator.backends.docker import wiring as docker_wiring
 from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
 from orchestrator.backends.docker.netns import Containers, Netns
 from orchestrator.shaping.proxy import config_proxy_shapes, proxy_needed, shape_foreign
-from orchestrator.backends.docker.stop import stop_all
-from orchestrator.backends.docker.teardown import find
+from orchestrator.backends.docker.teardown import find, stop_all
 from orchestrator.dockerapi import names
 from orchestrator.dockerapi.client import (
     current_state_dir,
@@ -302,7 +301,7 @@ class DockerBackend(Backend):
 
     def stop_many(self, nodes: Sequence[str]) -> dict[str, str]:
         """SIGTERM to all of them at once, one grace for all, endpoints
-        released one at a time (orchestrator/backends/docker/stop.py)."""
+        released one at a time (orchestrator/backends/docker/teardown.py)."""
         flt = {"label": f"{LABEL_TESTBED}={self.testbed}"}
         wanted = set(nodes)
         ids = {(c.get("Labels") or {}).get(LABEL_NODE): c["Id"] for c in self._client.api.containers(filters=flt)}
