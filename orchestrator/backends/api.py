@@ -10,10 +10,11 @@ what it can do in `capabilities`; the controller never asks for its name.
 Order of calls for one testbed: `set_resources` per node, `prepare` (network,
 addresses) -> `shaping_capabilities` -> `start_many` (each NodeConfig already
 carries the user-space part of the shaping) -> `apply_kernel_shaping` ->
-churn verbs -> `collect_traces` -> `destroy`. The controller reaches a node
-through `control_client(node)`. `cleanup` is a class method: it must find and
-remove everything a testbed of that name created, from labels or the state
-store, even when the process that created it was killed.
+churn verbs -> `collect_traces` -> `destroy` -> `cleanup`, each teardown step
+once. The controller reaches a node through `control_client(node)`. `cleanup`
+is a class method: it must find and remove everything a testbed of that name
+created, from labels or the state store, even when the process that created it
+was killed.
 """
 
 from __future__ import annotations
@@ -195,7 +196,9 @@ class Backend(ABC):
 
     @abstractmethod
     def destroy(self) -> None:
-        """Remove everything this testbed created; traces stay."""
+        """End what this object runs or holds (its routers, its connections)
+        and bring home what is left to collect; traces stay. Removing what the
+        testbed created is `cleanup`'s, which the controller calls next."""
 
     #: where `cpu_seconds` reads its figures, for router-cpu.json
     cpu_source = ""

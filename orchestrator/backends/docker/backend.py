@@ -415,14 +415,15 @@ class DockerBackend(Backend):
         return collect.cpu_seconds(self._client.api, self.testbed)
 
     def destroy(self) -> None:
+        """End the host's part (the delay line, keeping its figures), bring
+        home what collect_traces did not, and let go of the daemon; `cleanup`,
+        called next, removes the containers, the network and the host's side."""
         self.netns.end_host_network()  # never raises: a failure is a warning, and cleanup retries
         try:
             if not self._collected:
                 self.collect_traces()
         except Exception:  # noqa: BLE001 - destroy must go on
             pass
-        try:
-            self.cleanup(self.testbed, self.store)
         finally:  # self.wiring stays: the final manifest names the network the run had
             self._client.close()
 
