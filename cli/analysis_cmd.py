@@ -99,11 +99,10 @@ def analyze(
     as_json: bool = typer.Option(False, "--json", help="Print the summary (and assertion results) as JSON."),
 ) -> None:
     """Compute the run's metrics with PySpark, write metrics/*.parquet and summary.json, check assertions."""
-    from analysis import check_assertions, junit_xml, run_analysis
+    from analysis import check_assertions, junit_xml
     from analysis.assertions import validate_assertion
     from analysis.integrity import strict_traces_option
     from analysis.rundir import open_run_dir
-    from cli.spark_cmd import analysis_endpoint
 
     run = open_run_dir(run_dir, traces)  # bad input fails before Spark starts
     cli_asserts = list(asserts or [])
@@ -111,8 +110,35 @@ def analyze(
         validate_assertion(expr)
 
     started = time.monotonic()
-    quiet = as_json or not console.is_terminal
-    with analysis_endpoint(spark_master, spark_remote) as remote, Progress(
+    summary = _analyse(run_dir, spark_master, spark_remote, traces, quiet=as_json or not console.is_terminal)
+    elapsed = time.monotonic() - started
+
+    results = check_assertions(summary, run.expectations(), source="expectation")
+    results += check_assertions(summary, cli_asserts, source="assert")
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(junit_xml(results, suite=f"testbed.analyze.{summary.get('run', 'run')}", time_s=elapsed))
+    _print_results(summary, results, as_json, run.metrics_dir, run.summary_path)
+    damaged = warn_about_run(summary)
+    failed = [r for r in results if not r.passed]
+    for r in failed:
+        err_console.print(f"[bold red]assertion failed:[/] {r.expr}: {r.message}")
+    if damaged and (strict or strict_traces_option(run)):
+        err_console.print("[bold red]strict:[/] damaged trace files; the figures above undercount")
+        raise typer.Exit(1)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _analyse(run_dir: Path, spark_master: str | None, spark_remote: str | None, traces: Path | None,
+             quiet: bool) -> dict:
+    """The run's summary, computed on the endpoint the options name, with a
+    progress bar on a terminal."""
+    from analysis import run_analysis
+    from analysis.endpoint import analysis_endpoint
+    from orchestrator.records.state import state_dir
+
+    with analysis_endpoint(state_dir(), spark_master, spark_remote) as remote, Progress(
         SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
         console=err_console, transient=True, disable=quiet,
     ) as progress:
@@ -124,36 +150,21 @@ def analyze(
             else:
                 progress.update(task, description=stage, total=1.0, completed=frac)
 
-        summary = run_analysis(
-            run_dir, spark_master=spark_master, traces=traces, progress=on_progress,
-            spark_remote=remote,
-        )
-    elapsed = time.monotonic() - started
+        return run_analysis(run_dir, spark_master=spark_master, traces=traces, progress=on_progress,
+                            spark_remote=remote)
 
-    results = check_assertions(summary, run.expectations(), source="expectation")
-    results += check_assertions(summary, cli_asserts, source="assert")
-    if junit is not None:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(junit_xml(results, suite=f"testbed.analyze.{summary.get('run', 'run')}", time_s=elapsed))
 
+def _print_results(summary: dict, results: list, as_json: bool, metrics_dir: Path, summary_path: Path) -> None:
+    """Exactly one JSON document with --json, else the summary and assertion tables."""
     if as_json:
         out = dict(summary)
         out["assertions"] = [r.to_dict() for r in results]
         typer.echo(json.dumps(out, indent=2, default=str))
-    else:
-        console.print(summary_table(summary))
-        if results:
-            console.print(results_table(results))
-        console.print(f"metrics in {run.metrics_dir}, summary in {run.summary_path}")
-    damaged = warn_about_run(summary)
-    failed = [r for r in results if not r.passed]
-    for r in failed:
-        err_console.print(f"[bold red]assertion failed:[/] {r.expr}: {r.message}")
-    if damaged and (strict or strict_traces_option(run)):
-        err_console.print("[bold red]strict:[/] damaged trace files; the figures above undercount")
-        raise typer.Exit(1)
-    if failed:
-        raise typer.Exit(1)
+        return
+    console.print(summary_table(summary))
+    if results:
+        console.print(results_table(results))
+    console.print(f"metrics in {metrics_dir}, summary in {summary_path}")
 
 
 def warn_about_run(summary: dict) -> bool:
@@ -189,13 +200,14 @@ def report(
 ) -> None:
     """Write one self-contained HTML report (inline SVG charts, works offline) for one or several runs."""
     from analysis import write_report
-    from cli.spark_cmd import analysis_endpoint
+    from analysis.endpoint import analysis_endpoint
+    from orchestrator.records.state import state_dir
 
     if not run_dirs:
         raise InputError("give at least one run directory")
     if output is None:
         output = run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html")
-    with analysis_endpoint(spark_master, spark_remote) as remote:
+    with analysis_endpoint(state_dir(), spark_master, spark_remote) as remote:
         path = write_report(run_dirs, output, spark_master=spark_master, spark_remote=remote)
     console.print(f"report written to {path}")
 

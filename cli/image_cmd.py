@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.routers.kinds import ADAPTERS, OURS, build_foreign_image
+from orchestrator.routers.kinds import ADAPTERS, OURS, kind_of
 from orchestrator.images.router import BASES, build_image, ensure_image, list_images
 from orchestrator.progress import Reporter, RichReporter
 
@@ -65,7 +65,7 @@ def _foreign_tag(router: str, reporter: Reporter) -> str:
 
     client = docker_client(timeout=600)
     try:
-        return build_foreign_image(router, client, reporter)
+        return kind_of(router).build_image(client, reporter)
     finally:
         client.close()
 

@@ -73,9 +73,10 @@ def warm_up_analysis(spark_master: str | None = None) -> None:
     """Start the analysis' Spark session in the background while the
     experiment runs, unless a Connect server will serve it (issue 14)."""
     from analysis.spark import start_in_background
-    from cli.spark_cmd import spark_endpoint
+    from analysis.endpoint import spark_endpoint
+    from orchestrator.records.state import state_dir
 
-    if spark_endpoint(spark_master, None) is None:
+    if spark_endpoint(state_dir(), spark_master, None) is None:
         start_in_background(spark_master)
 
 
@@ -113,14 +114,15 @@ def finish_runs(plan: Plan, spark_master: str | None = None) -> Outcome:
     """Analyse every run and write the reports (plus a comparison for
     variants); prints nothing but progress on stderr."""
     from analysis import run_analysis, write_report  # noqa: PLC0415 - Spark only when a run is analysed
-    from cli.spark_cmd import analysis_endpoint  # noqa: PLC0415
+    from analysis.endpoint import analysis_endpoint  # noqa: PLC0415
+    from orchestrator.records.state import state_dir  # noqa: PLC0415
 
     run_dirs = [r.run_dir for r in plan.runs]
     damaged: list[str] = []
     results: dict[str, list[dict[str, Any]]] = {}
     reports: list[str] = []
     try:
-        with analysis_endpoint(spark_master, None) as remote:
+        with analysis_endpoint(state_dir(), spark_master, None) as remote:
             for run_dir in run_dirs:
                 with err.status(f"analysing {run_dir} with Spark", spinner="dots"):
                     summary = run_analysis(run_dir, spark_master=spark_master, spark_remote=remote)

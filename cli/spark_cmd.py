@@ -1,15 +1,12 @@
 """`testbed spark start|stop|status`: a local Spark Connect server
-(analysis/connect.py) so that repeated analyses skip the JVM start; and the
-one rule for which Spark an analysis uses (`spark_endpoint`, held for the
-analysis' duration with `analysis_endpoint`)."""
+(analysis/connect.py) so that repeated analyses skip the JVM start; which
+Spark an analysis then uses is analysis/endpoint.py's rule."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
-from contextlib import contextmanager, nullcontext
-from typing import Iterator
 
 import typer
 from rich.console import Console
@@ -21,49 +18,6 @@ console = Console()
 err = Console(stderr=True)
 spark_app = typer.Typer(help="Run a local Spark Connect server that analyses use while it is up.",
                         no_args_is_help=True)
-
-
-def spark_endpoint(spark_master: str | None, spark_remote: str | None) -> str | None:
-    """The Connect URL an analysis uses, or None for a classic session:
-    --spark-remote, else $SPARK_REMOTE, else (unless --spark-master asks for
-    a classic session) the server `testbed spark start` left running."""
-    if spark_remote:
-        return spark_remote
-    if spark_master:
-        return None
-    if os.environ.get("SPARK_REMOTE"):
-        return os.environ["SPARK_REMOTE"]
-    from analysis.connect import running
-
-    server = running(state_dir())
-    return server.url if server is not None else None
-
-
-@contextmanager
-def analysis_endpoint(spark_master: str | None, spark_remote: str | None) -> Iterator[str | None]:
-    """`spark_endpoint`'s URL for the duration of an analysis; while it is
-    the server `testbed spark start` left running, that server's background
-    warm-up starts no run of its own (analysis/warming.py)."""
-    from analysis.connect import running
-    from analysis.warming import analysing
-
-    url = spark_endpoint(spark_master, spark_remote)
-    server = running(state_dir()) if url is not None else None
-    with analysing(state_dir()) if server is not None and server.url == url else nullcontext():
-        yield url
-
-
-@contextmanager
-def experiment_running() -> Iterator[None]:
-    """Held while an experiment runs on this host: the background warm-up of
-    the server `testbed spark start` left running starts no run of its own
-    meanwhile (its large phase is half a minute of CPU the routers would
-    lose, and their figures with it)."""
-    from analysis.connect import running
-    from analysis.warming import analysing
-
-    with analysing(state_dir()) if running(state_dir()) is not None else nullcontext():
-        yield
 
 
 def _table(server, title: str) -> Table:

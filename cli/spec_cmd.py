@@ -63,9 +63,9 @@ def summary(exp: Experiment, r: ResolvedExperiment) -> dict[str, Any]:
 
 
 def _non_default_params(router: str, params: Any) -> dict[str, Any]:
-    from orchestrator.routers.kinds import router_kind
+    from orchestrator.routers.kinds import kind_of
 
-    kind = router_kind(router)
+    kind = kind_of(router).engine
     defaults = dataclasses.asdict(kind.make_params({}))
     return {k: v for k, v in params.items() if defaults.get(k) != v}
 

@@ -9,7 +9,7 @@
 
 Thin: everything happens in orchestrator.run.controller and orchestrator.run.runs;
 which churn verb applies to which node is the lifecycle table's call
-(orchestrator/run/lifecycle.py). Bad input is one clear error and exit 2 before
+(orchestrator/experiment/lifecycle.py). Bad input is one clear error and exit 2 before
 anything starts; every --json prints exactly one JSON document.
 """
 
@@ -27,10 +27,9 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.postrun import Plan, finish_runs, plan_runs, print_outcome, warm_up_analysis
-from cli.spark_cmd import experiment_running
 from orchestrator.backends.registry import BACKENDS, default_backend
 from orchestrator.errors import InputError
-from orchestrator.run.lifecycle import Verb, why_not
+from orchestrator.experiment.lifecycle import Verb, why_not
 from orchestrator.progress import Reporter, RichReporter
 
 console = Console()
@@ -138,6 +137,8 @@ def run(
     and the experiment's expectations. A file with variants runs each of them,
     one after the other.
     """
+    from analysis.endpoint import experiment_running  # noqa: PLC0415
+    from orchestrator.records.state import state_dir  # noqa: PLC0415
     from orchestrator.run.runs import run_experiment  # noqa: PLC0415
 
     backend_name = _backend(backend, as_json)
@@ -146,7 +147,7 @@ def run(
         warm_up_analysis()
     results = []
     for planned in plan.runs:
-        with experiment_running():
+        with experiment_running(state_dir()):
             ctl = run_experiment(
                 planned.resolved, planned.resolved_yaml, backend_name, planned.run_dir, reporter=_reporter(as_json)
             )
@@ -282,16 +283,16 @@ def publish(
     from orchestrator.run.controller import Controller  # noqa: PLC0415
     from orchestrator.experiment.model import Publish  # noqa: PLC0415
 
-    from orchestrator.routers.kinds import CONTRACT, is_bare  # noqa: PLC0415
+    from orchestrator.routers.kinds import CONTRACT, kind_of  # noqa: PLC0415
 
     ctl = Controller.attach(name)
     if node is None:
-        node = next((n for n, st in ctl.nodes.items() if st.reachable and not is_bare(st.router)), None)
+        node = next((n for n, st in ctl.nodes.items() if st.reachable and not kind_of(st.router).scripted), None)
         if node is None:
             raise InputError(f"testbed {name}: no node that takes live publishes is up")
     elif node not in ctl.nodes:
         raise InputError(f"testbed {name} has no node {node!r}")
-    elif is_bare(ctl.nodes[node].router):
+    elif kind_of(ctl.nodes[node].router).scripted:
         raise InputError(f"{node} is a bare {CONTRACT} image ({ctl.nodes[node].router}): it has no control endpoint "
                          "and publishes only what its script says; publish through another node")
     if topic is None:

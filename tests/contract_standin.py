@@ -14,7 +14,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from orchestrator.routers.kinds import ADAPTERS, PY_EVENTS, ForeignKind
+from node.engine.authenticity import STRICT
+from node.wire.rpc import FIRST_8_BYTES
+from orchestrator.routers.kinds import ADAPTERS, PARAMS_KIND, PY_EVENTS, RouterKind
 
 STANDIN = "contract-standin"
 STANDIN_IMAGE = "gossip-testbed/contract-standin"
@@ -25,8 +27,9 @@ def standin_argv() -> list[str]:
 
 
 def register_standin(monkeypatch) -> None:
-    monkeypatch.setitem(ADAPTERS, STANDIN, ForeignKind(
-        STANDIN, "gossip-testbed-contract", True, PY_EVENTS, process="tests.contract_standin:standin_argv"))
+    monkeypatch.setitem(ADAPTERS, STANDIN, RouterKind(
+        STANDIN, "gossip-testbed-contract", True, True, PY_EVENTS, PARAMS_KIND, authenticities=(STRICT,),
+        message_ids=(FIRST_8_BYTES,), process="tests.contract_standin:standin_argv"))
 
 
 def build_standin_image(router_image: str) -> str:

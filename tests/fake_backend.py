@@ -14,7 +14,8 @@ from collections.abc import Mapping
 
 from node.config import LinkShape, NodeConfig
 from node.runtime.client import ControlClient
-from orchestrator.backends.api import Capabilities, ShapingCapabilities
+from orchestrator.backends.api import Capabilities
+from orchestrator.shaping.split import ShapingCapabilities
 from orchestrator.backends.process.backend import ProcessBackend
 from orchestrator.records.state import StateStore
 

@@ -81,8 +81,7 @@ def test_an_experiment_holds_the_warm_up_off_only_while_a_server_is_up(tmp_path,
     local server up, the warm-up's exclusive lock cannot be had meanwhile."""
     import fcntl
 
-    import analysis.connect
-    from cli import spark_cmd
+    from analysis import endpoint
 
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path))
 
@@ -94,10 +93,10 @@ def test_an_experiment_holds_the_warm_up_off_only_while_a_server_is_up(tmp_path,
                 return False
             return True
 
-    monkeypatch.setattr(analysis.connect, "running", lambda state_dir: object())
-    with spark_cmd.experiment_running():
+    monkeypatch.setattr(endpoint, "running", lambda state_dir: object())
+    with endpoint.experiment_running(tmp_path):
         assert not warm_up_could_start()
     assert warm_up_could_start()
-    monkeypatch.setattr(analysis.connect, "running", lambda state_dir: None)
-    with spark_cmd.experiment_running():  # no server: nothing to hold off
+    monkeypatch.setattr(endpoint, "running", lambda state_dir: None)
+    with endpoint.experiment_running(tmp_path):  # no server: nothing to hold off
         assert warm_up_could_start()

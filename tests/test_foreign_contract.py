@@ -26,7 +26,7 @@ from node.trace.file import read_trace
 from node.trace.vocab import TraceType
 from orchestrator.experiment.dump import resolved_to_yaml
 from orchestrator.experiment.spec import load_experiment
-from orchestrator.routers.kinds import implementation, trace_events
+from orchestrator.routers.kinds import kind_of
 from orchestrator.routers.interop_script import node_script, publish_instructions, wait_seconds
 from orchestrator.routers.nodeconfigs import dials
 
@@ -139,9 +139,9 @@ def test_schema_and_resolved_file_keep_the_image_mapping(tmp_path):
     bare = exp.groups[1]
     assert bare.router == "image:example/go-node:1"
     assert bare.dump()["router"] == {"image": "example/go-node:1", "contract": "gossipsub-interop"}
-    assert implementation(bare.router) == "image:example/go-node:1"
-    assert trace_events(bare.router) == ["DELIVER_MESSAGE", "DUPLICATE_MESSAGE", "JOIN", "PUBLISH_MESSAGE"]
-    assert trace_events("gossipsub") is None and implementation("gossipsub") == "gossip-testbed"
+    assert kind_of(bare.router).implementation == "image:example/go-node:1"
+    assert kind_of(bare.router).trace_events == ("DELIVER_MESSAGE", "DUPLICATE_MESSAGE", "JOIN", "PUBLISH_MESSAGE")
+    assert kind_of("gossipsub").trace_events is None and kind_of("gossipsub").implementation == "gossip-testbed"
 
 
 def test_go_names_and_back():
@@ -307,17 +307,18 @@ def test_every_script_waits_until_the_run_is_over(tmp_path):
     collection), counted from that start; a restart's script likewise from
     its own start, its due publishes dropped; without a fixed end (`up`)
     the wait outlasts any run."""
-    from orchestrator.routers.foreign_nodes import (DRAIN_S, LEAD_PER_NODE_S, RUN_TAIL_S, START_ALLOWANCE_S, UNTIL_DOWN_S,
-                                            before_start, planned_workload_t0, run_end_ns, write_pieces)
+    from orchestrator.routers.foreign_nodes import (LEAD_PER_NODE_S, RUN_TAIL_S, START_ALLOWANCE_S, UNTIL_DOWN_S,
+                                                    before_start, planned_workload_t0, run_end_ns, write_pieces)
+    from orchestrator.run.drain import DRAIN_S
     churn = "churn: {timeline: [{at: 9s, action: kill, select: {nodes: [ours-2]}, for: 4s}]}\nlinger: 2s\n"
     resolved = load_experiment(write(tmp_path, MIXED + churn)).resolve(3)
     assert resolved.end_time() == 15.0  # the churn's restart at 13 s is the last action, then 2 s linger
     s = 1_000_000_000
     t0 = planned_workload_t0(resolved, 100 * s)
     assert t0 == 100 * s + (10 + 5) * s
-    end = run_end_ns(resolved, t0)
+    end = run_end_ns(resolved, t0, DRAIN_S)
     assert end == t0 + round((15.0 + 5 * LEAD_PER_NODE_S + 1 + START_ALLOWANCE_S + DRAIN_S + RUN_TAIL_S) * s)
-    write_pieces(resolved, tmp_path, t0, True, ["bare-0", "bare-1", "ours-0"])
+    write_pieces(resolved, tmp_path, t0, True, ["bare-0", "bare-1", "ours-0"], DRAIN_S)
     assert not (tmp_path / "nodes" / "ours-0").exists()
 
     def script(node: str, now_ns: int) -> list[dict]:
@@ -332,7 +333,7 @@ def test_every_script_waits_until_the_run_is_over(tmp_path):
     again = script("bare-1", t0 + 2 * s)  # restarted after two of its publishes
     assert [i["messageID"] for i in again if i["type"] == "publish"] == [2]
     assert again[-1] == {"type": "waitUntil", "elapsedSeconds": -(-(end - t0 - 2 * s) // s)}
-    write_pieces(resolved, tmp_path, None, False, ["bare-0"])
+    write_pieces(resolved, tmp_path, None, False, ["bare-0"], DRAIN_S)
     assert script("bare-0", 110 * s)[-1] == {"type": "waitUntil", "elapsedSeconds": UNTIL_DOWN_S}
 
 

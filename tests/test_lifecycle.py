@@ -1,4 +1,4 @@
-"""The node lifecycle table (orchestrator/run/lifecycle.py) and the runners that
+"""The node lifecycle table (orchestrator/experiment/lifecycle.py) and the runners that
 read it: the resolver, the simulator, the controller and `testbed churn`
 settle the same questions the same way.
 
@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from node.config import LinkShape, NodeConfig
-from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
+from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress
+from orchestrator.shaping.split import ShapingCapabilities
 from orchestrator.run.controller import Controller
 from orchestrator.errors import InputError
 from orchestrator.experiment.model import ChurnAction, LinkParams, NodeSpec, Publish, ResolvedExperiment
 from orchestrator.experiment.spec import parse_experiment
-from orchestrator.run.lifecycle import (
+from orchestrator.experiment.lifecycle import (
     PROCESS_TABLE,
     Call,
     Ineligible,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.backends.api import BackendContext
-from orchestrator.run.lifecycle import NodeLife, Process
+from orchestrator.experiment.lifecycle import NodeLife, Process
 from orchestrator.run.nodestate import NodeState
 from orchestrator.backends.process.backend import ProcessBackend
 from orchestrator.progress import Reporter

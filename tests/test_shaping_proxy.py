@@ -17,7 +17,7 @@ from node.config import LinkShape
 from node.shaping.shaper import LinkShaper, Uplink
 from node.shaping.stream import MAX_RETRANSMITS, MSS_BYTES, RTO_MIN_S, GaveUp, StreamShaper
 from node.shaping.proxy import ProxyConfig, ShapingProxy, original_dst, serve
-from orchestrator.backends.api import ShapingCapabilities
+from orchestrator.shaping.split import ShapingCapabilities
 from orchestrator.shaping.proxy import (
     CHAIN_IN,
     CHAIN_OUT,

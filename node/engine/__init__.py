@@ -8,6 +8,6 @@ application and the trace events of what the engine did.
 """
 
 from node.engine.api import Output, Router, TraceEvent, TraceType
-from node.engine.registry import ROUTERS, RouterKind, make_router
+from node.engine.registry import ROUTERS, EngineKind, make_router
 
-__all__ = ["Output", "Router", "TraceEvent", "TraceType", "ROUTERS", "RouterKind", "make_router"]
+__all__ = ["Output", "Router", "TraceEvent", "TraceType", "ROUTERS", "EngineKind", "make_router"]

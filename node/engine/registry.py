@@ -25,7 +25,7 @@ from node.wire.rpc import PeerId
 
 
 @dataclass(frozen=True)
-class RouterKind:
+class EngineKind:
     """`mesh_low_key`: the parameter that is the mesh's low-water mark (None:
     the router keeps no mesh), and its default; `mesh_any_topic`: the router
     meshes with peers whatever their topics (simsub's single overlay);
@@ -66,17 +66,17 @@ class RouterKind:
         return params
 
 
-ROUTERS: dict[str, RouterKind] = {
-    "floodsub": RouterKind("floodsub", FloodSubParams, FloodSubRouter),
-    "randomsub": RouterKind("randomsub", RandomSubParams, RandomSubRouter),
-    "meshsub": RouterKind("meshsub", GossipSubParams, GossipSubRouter, {"gossip": False}, "D_low"),
-    "gossipsub": RouterKind("gossipsub", GossipSubParams, GossipSubRouter, {"gossip": True}, "D_low"),
-    "gossipsub-v1.1": RouterKind("gossipsub-v1.1", GossipSubV11Params, GossipSubV11Router, {"gossip": True}, "D_low",
+ROUTERS: dict[str, EngineKind] = {
+    "floodsub": EngineKind("floodsub", FloodSubParams, FloodSubRouter),
+    "randomsub": EngineKind("randomsub", RandomSubParams, RandomSubRouter),
+    "meshsub": EngineKind("meshsub", GossipSubParams, GossipSubRouter, {"gossip": False}, "D_low"),
+    "gossipsub": EngineKind("gossipsub", GossipSubParams, GossipSubRouter, {"gossip": True}, "D_low"),
+    "gossipsub-v1.1": EngineKind("gossipsub-v1.1", GossipSubV11Params, GossipSubV11Router, {"gossip": True}, "D_low",
                                  scores_peers=True),
-    "gossipsub-v1.2": RouterKind("gossipsub-v1.2", GossipSubV12Params, GossipSubV12Router, {"gossip": True}, "D_low",
+    "gossipsub-v1.2": EngineKind("gossipsub-v1.2", GossipSubV12Params, GossipSubV12Router, {"gossip": True}, "D_low",
                                  scores_peers=True),
-    "simsub": RouterKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True),
-    "episub": RouterKind("episub", EpisubParams, EpisubRouter, simulator_only=True),
+    "simsub": EngineKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True),
+    "episub": EngineKind("episub", EpisubParams, EpisubRouter, simulator_only=True),
 }
 
 

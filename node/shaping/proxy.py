@@ -84,7 +84,7 @@ class DestStats:
     bytes_out: int = 0  # node -> peer, shaped
     bytes_in: int = 0  # peer -> node
     segments: int = 0
-    retransmits: int = 0  # segments lost and sent again (see stream_shaper)
+    retransmits: int = 0  # segments lost and sent again (see node/shaping/stream.py)
     gave_up: int = 0
     errors: int = 0
 

@@ -27,10 +27,12 @@ from typing import Any
 
 from node.config import LinkShape, NodeConfig
 from node.runtime.client import ControlClient
-from orchestrator.errors import TestbedError
+from orchestrator.errors import BackendUnavailable, TestbedError
+from orchestrator.experiment.lifecycle import NEEDS_CAPABILITY, Verb
 from orchestrator.fanout import errors_by_item
 from orchestrator.progress import Reporter
 from orchestrator.records.state import StateStore
+from orchestrator.shaping.split import ShapingCapabilities
 
 
 @dataclass(frozen=True)
@@ -42,20 +44,6 @@ class NodeAddress:
     port: int
     control_host: str
     control_port: int
-
-
-@dataclass(frozen=True)
-class ShapingCapabilities:
-    """What this backend can shape in the kernel here. `path` is recorded in the
-    manifest: 'netem' (kernel delay/jitter/loss + htb rate), 'delayline+htb'
-    (delay/jitter/loss by the host's delay line, orchestrator/shaping/delayline.py,
-    rate by htb), 'userspace+htb' (delay/jitter/loss in the node, rate in the
-    kernel) or 'userspace' (all in the node)."""
-
-    kernel_delay: bool
-    kernel_rate: bool
-    path: str
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -233,3 +221,11 @@ class Backend(ABC):
     def cleanup(cls, testbed: str | None, store: StateStore) -> list[str]:
         """Remove what a testbed (None: every testbed) left behind, even after a
         crash; returns a line per thing removed. Idempotent."""
+
+
+def check_capabilities(backend: type[Backend] | Backend, verbs: set[str]) -> None:
+    """Refuse churn the backend cannot do, before anything starts."""
+    for verb in sorted(verbs):
+        need = NEEDS_CAPABILITY.get(Verb(verb))
+        if need is not None and not getattr(backend.capabilities, need):
+            raise BackendUnavailable(f"the {backend.name} backend cannot {verb} nodes (no {need} support)")

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
-from orchestrator.run import lifecycle
+from orchestrator.experiment import lifecycle
 from orchestrator.experiment import values as v
 from orchestrator.experiment.model import ChurnVerb
 from orchestrator.experiment.parts import Part, Topic

@@ -28,7 +28,7 @@ from orchestrator.experiment.experiment import Experiment
 from orchestrator.experiment.parts import Group, Links, Overlay, Resources, Wire, assign_paths
 from orchestrator.experiment.wire_fit import shared_wire
 from orchestrator.experiment.yamlsrc import Path_, Source, load_yaml, parse_yaml
-from orchestrator.routers.kinds import CONTRACT, implementation, is_bare, is_foreign, router_kind
+from orchestrator.routers.kinds import CONTRACT, kind_of
 
 MAX_PARAM_INT = 1_000_000
 # Router parameters are typed by the router registry's dataclasses, not by the
@@ -83,26 +83,26 @@ class _Checker:
         """Foreign routers (orchestrator/routers/kinds.py; the wire they share is
         wire_fit.py's) publish only their own messages; a bare image has no control endpoint; their
         timers run on their own clocks, so they cannot be time-dilated."""
-        foreign = [g for g in groups if is_foreign(g.router)]
+        foreign = [g for g in groups if kind_of(g.router).foreign]
         if not foreign:
             return
         router_of = {n: g.router for g in groups for n in g.node_names()}
         g = foreign[0]
         if doc.time_dilation != 1.0:
             raise self.err(("time_dilation",), f"group {g.name or 'nodes'!r} runs a foreign router "
-                           f"({implementation(g.router)}), whose timers the testbed cannot slow down; time "
+                           f"({kind_of(g.router).implementation}), whose timers the testbed cannot slow down; time "
                            "dilation needs our routers on every node")
         for w in workloads:
             if w.inject is not None:
                 for n in self.pool_names(w.publishers, w.topic):
-                    if is_foreign(router_of[n]):
+                    if kind_of(router_of[n]).foreign:
                         raise self.err((*w.path, "inject"), f"injection hands one message to several nodes, but {n} runs "
-                                       f"{implementation(router_of[n])}, which only publishes its own; "
+                                       f"{kind_of(router_of[n]).implementation}, which only publishes its own; "
                                        "select publishers among our routers' nodes")
         for e in doc.churn.timeline:
             if e.action in ("leave", "join"):
                 for n in self.pool_names(e.select, None):
-                    if is_bare(router_of[n]):
+                    if kind_of(router_of[n]).scripted:
                         raise self.err((*e.path, "select"), f"{e.action} needs the node's control endpoint, and {n} is "
                                        f"a bare {CONTRACT} image without one")
 
@@ -186,14 +186,14 @@ class _Checker:
         """Every parameter of `router`, defaults filled in. `origins`: where
         each key was written, when not at path.key (a variant's parameters
         merged over its group's)."""
-        kind = router_kind(router)
+        kind = kind_of(router).engine
         fields = {f.name: f for f in dataclasses.fields(kind.params)}
         known = sorted(set(fields) - set(kind.fixed))
         where_of = {k: (*path, k) for k in value or {}} | dict(origins or {})
         values: dict[str, Any] = {}
         for key, x in (value or {}).items():
-            if key not in known and is_foreign(router) and key in kind.fixed:
-                raise self.err(where_of[key], f"{implementation(router)} cannot be given {key}: go's GossipSubParams, "
+            if key not in known and kind_of(router).foreign and key in kind.fixed:
+                raise self.err(where_of[key], f"{kind_of(router).implementation} cannot be given {key}: go's GossipSubParams, "
                                f"the contract's parameters, has no counterpart (it takes: {', '.join(known)})")
             if key not in known:
                 raise self.err(where_of[key], f"unknown key; expected one of: {', '.join(known)} (the parameters of {router})")

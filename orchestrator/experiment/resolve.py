@@ -7,7 +7,7 @@ nothing depends on PYTHONHASHSEED: candidates are always lists in the
 experiment's canonical node order (groups in file order, then index), never sets.
 
 Churn is resolved by replaying it in time order on each node's lifecycle
-state (orchestrator/run/lifecycle.py, the table every runner uses). That lets a random
+state (orchestrator/experiment/lifecycle.py, the table every runner uses). That lets a random
 selector pick only nodes the action makes sense for (kill picks among running
 nodes, start among killed ones), lets a named selector fail with a clear error
 when it does not, and tells the workload which nodes are reachable when each
@@ -30,7 +30,7 @@ from orchestrator.experiment.layout import derive_rng, derive_seed
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.values import MAX_CHURN_ACTIONS, half_up
 from orchestrator.experiment.yamlsrc import format_path
-from orchestrator.run.lifecycle import UNDO, NodeLife, Verb, needs, transition, why_not
+from orchestrator.experiment.lifecycle import UNDO, NodeLife, Verb, needs, transition, why_not
 
 if TYPE_CHECKING:  # a type only: experiment.py imports this module to run it
     from orchestrator.experiment.experiment import Experiment

@@ -22,12 +22,12 @@ from node.engine.authenticity import check_combination
 from orchestrator.errors import InputError
 from orchestrator.experiment.parts import Group, Wire
 from orchestrator.experiment.yamlsrc import Path_
-from orchestrator.routers.kinds import implementation, wire_abilities
+from orchestrator.routers.kinds import kind_of
 
 Refuse = Callable[[Path_, str], InputError]
 
-# setting -> (what it is called in messages, which of wire_abilities' tuples)
-_SETTINGS = {"authenticity": ("messages", 0), "message_id": ("message ids", 1)}
+# setting -> (what it is called in messages, the RouterKind field that lists what a router can run)
+_SETTINGS = {"authenticity": ("messages", "authenticities"), "message_id": ("message ids", "message_ids")}
 
 
 def shared_wire(wire: Wire, groups: Sequence[Group], refuse: Refuse) -> Wire:
@@ -36,18 +36,18 @@ def shared_wire(wire: Wire, groups: Sequence[Group], refuse: Refuse) -> Wire:
     given = wire.given()
     chosen: dict[str, str] = {}
     for setting, (words, which) in _SETTINGS.items():
-        able = wire_abilities(groups[0].router)[which]
+        able = getattr(kind_of(groups[0].router), which)
         for g in groups[1:]:
-            common = tuple(x for x in able if x in wire_abilities(g.router)[which])
+            common = tuple(x for x in able if x in getattr(kind_of(g.router), which))
             if not common:
                 raise refuse((*g.path, "router"), _no_common(g, setting, words, able, groups))
             able = common
         value = getattr(wire, setting)
         if setting in given:
             if value not in able:
-                g = next(g for g in groups if value not in wire_abilities(g.router)[which])
-                raise refuse(("wire", setting), f"group {g.name!r} runs {implementation(g.router)}, which cannot run "
-                             f"{setting} {value}; the routers present can all run: {', '.join(able)}"
+                g = next(g for g in groups if value not in getattr(kind_of(g.router), which))
+                raise refuse(("wire", setting), f"group {g.name!r} runs {kind_of(g.router).implementation}, "
+                             f"which cannot run {setting} {value}; the routers present can all run: {', '.join(able)}"
                              + _contract_note(g, setting))
         elif value not in able and len(able) == 1:
             chosen[setting] = able[0]
@@ -63,9 +63,9 @@ def shared_wire(wire: Wire, groups: Sequence[Group], refuse: Refuse) -> Wire:
 
 
 def _no_common(g: Group, setting: str, words: str, able: tuple[str, ...], groups: Sequence[Group]) -> str:
-    others = sorted({implementation(o.router) for o in groups if o.router != g.router})
-    return (f"group {g.name!r} runs {implementation(g.router)}, whose {words} ({setting}: "
-            f"{', '.join(wire_abilities(g.router)[_SETTINGS[setting][1]])}) no other router here "
+    others = sorted({kind_of(o.router).implementation for o in groups if o.router != g.router})
+    return (f"group {g.name!r} runs {kind_of(g.router).implementation}, whose {words} ({setting}: "
+            f"{', '.join(getattr(kind_of(g.router), _SETTINGS[setting][1]))}) no other router here "
             f"({', '.join(others)}) can share (they can run: {', '.join(able)}); these routers cannot run "
             "in one experiment" + _contract_note(g, setting))
 

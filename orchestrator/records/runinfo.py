@@ -22,7 +22,7 @@ from typing import IO, Any
 from node.atomic import write_atomic
 from node.dilation import DilatedClock
 from orchestrator.experiment.model import ResolvedExperiment
-from orchestrator.routers.kinds import implementation, trace_events
+from orchestrator.routers.kinds import kind_of
 from orchestrator.routers.peers import peer_ids_b58
 
 RESOLVED_YAML = "experiment.resolved.yaml"
@@ -40,7 +40,7 @@ def topology_dict(resolved: ResolvedExperiment) -> dict[str, Any]:
         {
             "name": n.name, "peer_id": peer_ids[n.name], "group": n.group, "router": n.router,
             "topics": list(n.topics), "region": n.region, "uplink_bps": n.uplink_bps,
-            "implementation": implementation(n.router), "trace_events": trace_events(n.router),
+            "implementation": kind_of(n.router).implementation, "trace_events": kind_of(n.router).trace_events,
             "adversary": dataclasses.asdict(n.adversary) if n.adversary is not None else None,
         }
         for n in resolved.nodes

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from node.atomic import write_atomic
-from orchestrator.errors import InputError
+from node.config import NodeConfig
+from orchestrator.errors import InputError, TestbedError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 RECORD = "testbed.json"
@@ -114,3 +115,19 @@ class StateStore:
 
     def remove(self, name: str) -> None:
         shutil.rmtree(self.dir(name), ignore_errors=True)
+
+
+def recorded_configs(record: dict[str, Any]) -> dict[str, NodeConfig]:
+    """Each node's config from the file its testbed record names (another
+    CLI wrote it); one that cannot be read is a TestbedError naming it,
+    which `testbed down` reports before it cleans up."""
+    configs: dict[str, NodeConfig] = {}
+    for name, entry in (record.get("nodes") or {}).items():
+        path = entry.get("config")
+        if path and Path(path).is_file():
+            try:
+                configs[name] = NodeConfig.load(Path(path))
+            except (ValueError, TypeError) as exc:
+                raise TestbedError(f"{path}: {name}'s config is unreadable ({exc}); "
+                                   f"`testbed down {record.get('name')}` cleans up") from None
+    return configs

@@ -1,5 +1,8 @@
 """What the controller does for the foreign nodes of a real testbed (the
 routers orchestrator/routers/kinds.py knows), beside what it does for everyone:
+one hook set, `ForeignNodes`, that the controller calls at fixed points of
+every run (check, start order, configured, before each batch and each start,
+the workload's window, after down, the manifest), whatever routers it runs.
 
 - before the run: refuse a bare image on a backend that cannot run images,
   and fix the workload's start (`workload_t0_ns`) when bare images publish
@@ -25,20 +28,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from node.libp2p.identity import peer_id_from_b58
 from node.trace.interop import convert
 from node.atomic import write_atomic
-from orchestrator.backends.api import Backend, ShapingCapabilities
+from orchestrator.backends.api import Backend
+from orchestrator.shaping.split import ShapingCapabilities
 from orchestrator.errors import InputError
 from orchestrator.experiment.model import Publish, ResolvedExperiment
-from orchestrator.routers.kinds import CONTRACT, foreign_kind, implementation, is_bare, is_foreign, trace_events
+from orchestrator.routers.kinds import CONTRACT, kind_of
 from orchestrator.routers.interop_script import last_wait, node_script, params_json, publish_instructions, wait_seconds
-from orchestrator.routers.nodeconfigs import dials
+from orchestrator.routers.nodeconfigs import dials, start_batches
 from orchestrator.routers.peers import peer_ids_b58
-from orchestrator.run.workload import DRAIN_S
 
 PARAMS = "params.json"
 PIECES = "interop.json"
@@ -60,9 +64,9 @@ def refuse_images(resolved: ResolvedExperiment, backend: Backend) -> None:
     if backend.capabilities.images:
         return
     for spec in resolved.nodes:
-        if is_bare(spec.router):
+        if kind_of(spec.router).scripted:
             raise InputError(
-                f"{spec.name} runs {{image: {foreign_kind(spec.router).image}, contract: {CONTRACT}}}: the "
+                f"{spec.name} runs {{image: {kind_of(spec.router).image}, contract: {CONTRACT}}}: the "
                 f"{backend.name} backend cannot run container images; use --backend docker")
 
 
@@ -70,21 +74,21 @@ def planned_workload_t0(resolved: ResolvedExperiment, now_ns: int) -> int | None
     """When the workload starts, fixed before the bare images start, if
     there are any: their scripts publish at and end after times on that
     clock (None: when every node is up, as usual)."""
-    if not any(is_bare(spec.router) for spec in resolved.nodes):
+    if not any(kind_of(spec.router).scripted for spec in resolved.nodes):
         return None
     return now_ns + round((LEAD_S + LEAD_PER_NODE_S * len(resolved.nodes)) * 1e9)
 
 
-def run_end_ns(resolved: ResolvedExperiment, workload_t0_ns: int | None) -> int | None:
+def run_end_ns(resolved: ResolvedExperiment, workload_t0_ns: int | None, drain_s: float) -> int | None:
     """The wall-clock time by which a run whose workload starts at the
     planned `workload_t0_ns` is over and its nodes are stopped: the
     workload's end (workload_bounds' latest, the bare images' start taken
-    as at most LEAD_PER_NODE_S a node), the drain, then RUN_TAIL_S for
+    as at most LEAD_PER_NODE_S a node), the drain (`drain_s`), then RUN_TAIL_S for
     collection and `down`. None: no fixed start, the end comes with `down`."""
     if workload_t0_ns is None:
         return None
     starts_s = LEAD_PER_NODE_S * len(resolved.nodes)
-    return workload_t0_ns + round((resolved.end_time() + starts_s + 1.0 + START_ALLOWANCE_S + DRAIN_S + RUN_TAIL_S) * 1e9)
+    return workload_t0_ns + round((resolved.end_time() + starts_s + 1.0 + START_ALLOWANCE_S + drain_s + RUN_TAIL_S) * 1e9)
 
 
 def workload_bounds(planned_ns: int | None, slack_ns: int, now_ns: int, end_s: float) -> tuple[int, int, str | None]:
@@ -105,22 +109,22 @@ def workload_bounds(planned_ns: int | None, slack_ns: int, now_ns: int, end_s: f
 
 
 def write_pieces(resolved: ResolvedExperiment, run_dir: Path, workload_t0_ns: int | None, with_workload: bool,
-                 nodes: list[str]) -> None:
+                 nodes: list[str], drain_s: float) -> None:
     """The script pieces (interop.json) of the foreign ones of `nodes`: the
     instructions every start runs and, for a bare image with a workload,
     its publishes."""
     dialled = dials(resolved)
     peer_id = peer_ids_b58(resolved)
     for spec in map(resolved.node, nodes):
-        if not is_foreign(spec.router):
+        if not kind_of(spec.router).foreign:
             continue
         publishes = [
             {"at": p.at, "seq": p.seq, "size": p.size, "topic": p.topic}
             for p in resolved.publishes if p.publisher == spec.name
-        ] if with_workload and is_bare(spec.router) else []
+        ] if with_workload and kind_of(spec.router).scripted else []
         pieces = {"router": spec.router, "peer_id": peer_id[spec.name], "base": node_script(resolved, spec.name, dialled),
                   "publishes": publishes, "workload_t0_ns": workload_t0_ns,
-                  "end_ns": run_end_ns(resolved, workload_t0_ns) if with_workload else None}
+                  "end_ns": run_end_ns(resolved, workload_t0_ns, drain_s) if with_workload else None}
         d = node_dir(run_dir, spec.name)
         d.mkdir(parents=True, exist_ok=True)
         write_atomic(d / PIECES, json.dumps(pieces, indent=1))
@@ -142,7 +146,7 @@ def before_start(run_dir: Path, node: str, now_ns: int) -> None:
     end_ns = pieces.get("end_ns")
     script.append(last_wait(script, UNTIL_DOWN_S if end_ns is None else wait_seconds(end_ns / 1e9, now_ns / 1e9)))
     write_atomic(d / PARAMS, params_json(script))
-    if is_bare(pieces["router"]):
+    if kind_of(pieces["router"]).scripted:
         with open(d / SCRIPTS, "a") as f:
             f.write(json.dumps(script) + "\n")
 
@@ -170,7 +174,7 @@ def convert_outputs(run_dir: Path, nodes: list[str]) -> tuple[dict[str, dict[str
         result = convert(lines, trace, peer_id_from_b58(pieces["peer_id"]), scripts)
         figures[node] = result.to_dict()
         if not lines:
-            warnings.append(f"{node} ({implementation(pieces['router'])}) printed nothing on stdout: no trace")
+            warnings.append(f"{node} ({kind_of(pieces['router']).implementation}) printed nothing on stdout: no trace")
         if result.garbage:
             warnings.append(f"{node}: {result.garbage} stdout line(s) were not contract NDJSON and were ignored "
                             f"(first: {result.garbage_samples[0]!r})")
@@ -181,11 +185,11 @@ def link_shaping(router: str, caps: ShapingCapabilities, proxy: bool) -> str:
     """How a node's links are shaped: the kernel's tc, or the host's delay
     line, for every container alike; our user-space shaper only inside our
     routers; a foreign node's own sending by the shaping proxy where the
-    backend has one (docker_proxy.py), else unshaped where the kernel cannot
+    backend has one (orchestrator/shaping/proxy.py), else unshaped where the kernel cannot
     (its peers' shapers still delay what they send to it)."""
     if caps.kernel_delay:
         return "host delay line (NFQUEUE)" if caps.path == "delayline+htb" else "kernel tc"
-    if not is_foreign(router):
+    if not kind_of(router).foreign:
         return "our user-space shaper"
     return "shaping proxy (user space, per destination)" if proxy else "unshaped"
 
@@ -194,7 +198,7 @@ def unshaped_warning(resolved: ResolvedExperiment, caps: ShapingCapabilities, pr
     """The honest word when foreign nodes' links ask for what nobody shapes."""
     if caps.kernel_delay or proxy:
         return None
-    foreign = {s.name for s in resolved.nodes if is_foreign(s.router)}
+    foreign = {s.name for s in resolved.nodes if kind_of(s.router).foreign}
     shaped = [f"{a}-{b}" for a, b in resolved.edges if {a, b} & foreign and _shaped(resolved.link(a, b))]
     if not shaped:
         return None
@@ -208,5 +212,59 @@ def _shaped(link: Any) -> bool:
 
 def node_facts(resolved_nodes: Mapping[str, str], caps: ShapingCapabilities, proxy: bool) -> dict[str, dict[str, Any]]:
     """manifest.json's per-node implementation and link shaping (name -> router)."""
-    return {n: {"implementation": implementation(r), "links_shaped_by": link_shaping(r, caps, proxy),
-                "trace_events": trace_events(r)} for n, r in resolved_nodes.items()}
+    return {n: {"implementation": kind_of(r).implementation, "links_shaped_by": link_shaping(r, caps, proxy),
+                "trace_events": kind_of(r).trace_events} for n, r in resolved_nodes.items()}
+
+
+@dataclass
+class ForeignNodes:
+    """The hooks a run calls for its foreign nodes, at fixed points; each is
+    a no-op for a run of our routers only. `resolved`: the experiment as
+    written (None for a controller attached from the state store, which only
+    starts nodes again and collects); `drain_s`: how long the run's end-of-run
+    drain may take, which the scripts' waits must outlast."""
+
+    run_dir: Path
+    resolved: ResolvedExperiment | None = None
+    drain_s: float = 0.0
+
+    def check(self, backend: Backend) -> None:
+        """Before anything starts: refuse what this backend cannot run."""
+        if self.resolved is not None:
+            refuse_images(self.resolved, backend)
+
+    def start_order(self) -> tuple[list[str], list[str]]:
+        """(the nodes with a control endpoint, the scripted ones): started in this order."""
+        assert self.resolved is not None
+        return start_batches(self.resolved)
+
+    def configured(self, caps: ShapingCapabilities, proxy: bool) -> str | None:
+        """Once the backend's shaping is known: the warning for foreign links nobody shapes."""
+        assert self.resolved is not None
+        return unshaped_warning(self.resolved, caps, proxy)
+
+    def plan_workload(self, now_ns: int) -> int | None:
+        """Before the scripted nodes start: the workload's fixed start, if their scripts need one."""
+        assert self.resolved is not None
+        return planned_workload_t0(self.resolved, now_ns)
+
+    def before_batch(self, workload_t0_ns: int | None, with_workload: bool, batch: list[str]) -> None:
+        assert self.resolved is not None
+        write_pieces(self.resolved, self.run_dir, workload_t0_ns, with_workload, batch, self.drain_s)
+
+    def before_start(self, node: str, now_ns: int) -> None:
+        before_start(self.run_dir, node, now_ns)
+
+    def after_down(self, nodes: list[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+        """Once the backend collected: every foreign node's trace, converted."""
+        return convert_outputs(self.run_dir, nodes)
+
+    def workload_window(self, planned_ns: int | None, slack_ns: int, now_ns: int,
+                        end_s: float) -> tuple[int, int, str | None]:
+        """When the workload starts and ends (workload_bounds)."""
+        return workload_bounds(planned_ns, slack_ns, now_ns, end_s)
+
+    def node_facts(self, routers: Mapping[str, str], caps: ShapingCapabilities,
+                   proxy: bool) -> dict[str, dict[str, Any]]:
+        """manifest.json's per-node implementation, link shaping and trace events."""
+        return node_facts(routers, caps, proxy)

@@ -1,5 +1,5 @@
-"""Foreign router kinds: the one registry that says, for every router an
-experiment can name that is not one of our engines, what implementation it
+"""Router kinds: the one registry that says, for every router an
+experiment can name (our engines and foreign routers), what implementation it
 is, how it starts (a process argv; a Docker image, built lazily), whether it
 serves our control endpoint and which trace events it can record.
 
@@ -19,7 +19,7 @@ seqno (strict_signing=False only drops the signature), which StrictNoSign
 peers reject.
 
 Every foreign kind takes the gossipsub parameters go has names for
-(orchestrator/go_params.py) and meshes like gossipsub (D_low is its low-water
+(node/interop/go_params.py) and meshes like gossipsub (D_low is its low-water
 mark), so the controller's readiness treats it as a gossipsub router.
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 
 from node.engine.authenticity import ANONYMOUS, MODES, STRICT
 from node.engine.gossipsub import GossipSubParams, GossipSubRouter
-from node.engine.registry import ROUTERS, RouterKind
+from node.engine.registry import ROUTERS, EngineKind
 from node.trace.vocab import TraceType
 from orchestrator.errors import BackendUnavailable, InputError
 from node.interop.go_params import unmapped_defaults
@@ -57,41 +57,67 @@ PY_EVENTS: tuple[str, ...] = tuple(sorted({*RUST_EVENTS, TraceType.SEND_RPC.name
 
 # The parameters of every foreign kind: gossipsub's, with what go cannot be
 # told fixed at the defaults.
-PARAMS_KIND = RouterKind("foreign", GossipSubParams, GossipSubRouter, {"gossip": True, **unmapped_defaults()}, "D_low")
+PARAMS_KIND = EngineKind("foreign", GossipSubParams, GossipSubRouter, {"gossip": True, **unmapped_defaults()}, "D_low")
 
 
 @dataclass(frozen=True)
-class ForeignKind:
-    """`builder`: "module:function" that builds the Docker image when needed
-    and returns its tag (called as builder(client, reporter)); `process`:
-    "module:function" returning the argv that starts it as a process (before
-    `--params FILE --config FILE`), None for docker only; `image`: a bare
+class RouterKind:
+    """One router an experiment can name, as the orchestrator needs to know
+    it. `foreign`: not one of our engines (it cannot run in the simulator,
+    does not shape its own sending, and follows a gossipsub-interop script,
+    params.json); `control`: it serves our control endpoint (a bare image
+    does not: it publishes by its script only); `trace_events`: what its
+    trace records (None: a full go-format trace); `engine`: its parameters
+    and mesh facts. `builder`: "module:function" that builds its Docker
+    image when needed and returns its tag (called as builder(client,
+    reporter)); `process`: "module:function" returning the argv that starts
+    it as a process (before `--params FILE --config FILE`); `image`: a bare
     image's name; `authenticities`/`message_ids`: the wire settings it can
     run (node/engine/authenticity.py's modes, node/wire/rpc.py's id functions)."""
 
     router: str
     implementation: str
+    foreign: bool
     control: bool
-    trace_events: tuple[str, ...]
+    trace_events: tuple[str, ...] | None
+    engine: EngineKind
+    authenticities: tuple[str, ...] = MODES
+    message_ids: tuple[str, ...] = MESSAGE_ID_FUNCTIONS
     builder: str | None = None
     process: str | None = None
     image: str | None = None
-    authenticities: tuple[str, ...] = (STRICT,)
-    message_ids: tuple[str, ...] = (FIRST_8_BYTES,)
 
     @property
-    def bare(self) -> bool:
+    def scripted(self) -> bool:
+        """It publishes by its script: the controller only logs its publishes,
+        and its script is written for a workload start fixed before it starts."""
         return not self.control
 
+    def build_image(self, client: Any, reporter: Any) -> str:
+        """The tag of an adapter's Docker image, built when needed
+        (content-hashed: a no-op when nothing changed)."""
+        if self.builder is None:
+            raise BackendUnavailable(f"{self.router} is no adapter the testbed builds: "
+                                     + (f"{self.image} is a bare image, build it yourself with docker build"
+                                        if self.image else "it runs in the router image"))
+        return str(_target(self.builder, f"the {self.router} image builder")(client, reporter))
 
-ADAPTERS: dict[str, ForeignKind] = {
-    "rust-libp2p": ForeignKind(
-        "rust-libp2p", "rust-libp2p", True, RUST_EVENTS,
-        builder="orchestrator.images.rust:build_rust_image", process="orchestrator.images.rust:rust_adapter_command",
-        authenticities=(STRICT, ANONYMOUS)),
-    "py-libp2p": ForeignKind(
-        "py-libp2p", "py-libp2p", True, PY_EVENTS,
-        builder="orchestrator.images.pylibp2p:build_pylibp2p_image",
+    def process_argv(self) -> list[str]:
+        """How a foreign node starts on the process backend (before --params/--config)."""
+        if self.process is None:
+            raise BackendUnavailable(f"router {{image: {self.image}, contract: {CONTRACT}}} runs only on the docker "
+                                     "backend: a bare image is no program the process backend can start")
+        return list(_target(self.process, f"the {self.router} adapter")())
+
+
+ADAPTERS: dict[str, RouterKind] = {
+    "rust-libp2p": RouterKind(
+        "rust-libp2p", "rust-libp2p", True, True, RUST_EVENTS, PARAMS_KIND, authenticities=(STRICT, ANONYMOUS),
+        message_ids=(FIRST_8_BYTES,), builder="orchestrator.images.rust:build_rust_image",
+        process="orchestrator.images.rust:rust_adapter_command"),
+    "py-libp2p": RouterKind(
+        "py-libp2p", "py-libp2p", True, True, PY_EVENTS, PARAMS_KIND, authenticities=(STRICT,),
+        message_ids=(FIRST_8_BYTES,), builder="orchestrator.images.pylibp2p:build_pylibp2p_image",
         process="orchestrator.images.pylibp2p:pylibp2p_adapter_command"),
 }
 
@@ -101,57 +127,26 @@ def image_router(image: str) -> str:
     return IMAGE_PREFIX + image
 
 
-def is_foreign(router: str) -> bool:
-    return router in ADAPTERS or router.startswith(IMAGE_PREFIX)
-
-
-def is_bare(router: str) -> bool:
-    """A bare contract image: no control endpoint, script only."""
-    return router.startswith(IMAGE_PREFIX)
-
-
-def foreign_kind(router: str) -> ForeignKind:
+def kind_of(router: str) -> RouterKind:
+    """The kind of any router an experiment can name: one of our engines, an
+    adapter, or a bare contract image ("image:NAME"). KeyError otherwise."""
+    if router in ROUTERS:
+        return RouterKind(router, OURS, False, True, None, ROUTERS[router])
     if router in ADAPTERS:
         return ADAPTERS[router]
     if router.startswith(IMAGE_PREFIX):
-        image = router[len(IMAGE_PREFIX):]
-        return ForeignKind(router, router, False, CONTRACT_EVENTS, image=image, authenticities=(ANONYMOUS,))
+        return RouterKind(router, router, True, False, CONTRACT_EVENTS, PARAMS_KIND, authenticities=(ANONYMOUS,),
+                          message_ids=(FIRST_8_BYTES,), image=router[len(IMAGE_PREFIX):])
     raise KeyError(router)
-
-
-def router_kind(router: str) -> RouterKind:
-    """Parameters and mesh facts of any router an experiment can name."""
-    if router in ROUTERS:
-        return ROUTERS[router]
-    return PARAMS_KIND
-
-
-def implementation(router: str) -> str:
-    """topology.json's "implementation" of a node running `router`."""
-    return foreign_kind(router).implementation if is_foreign(router) else OURS
-
-
-def wire_abilities(router: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(authenticities, message-id functions) `router` can run: every one
-    for our engines."""
-    if is_foreign(router):
-        kind = foreign_kind(router)
-        return kind.authenticities, kind.message_ids
-    return MODES, MESSAGE_ID_FUNCTIONS
-
-
-def trace_events(router: str) -> list[str] | None:
-    """topology.json's "trace_events": None for a full go-format trace."""
-    return list(foreign_kind(router).trace_events) if is_foreign(router) else None
 
 
 def refuse_in_simulator(nodes: Any) -> None:
     """The simulator runs our engines only: InputError naming the first
     node (a NodeSpec) that runs a foreign router."""
     for spec in nodes:
-        if is_foreign(spec.router):
+        if kind_of(spec.router).foreign:
             raise InputError(f"the simulator cannot run foreign routers: {spec.name} (group {spec.group!r}) runs "
-                             f"{implementation(spec.router)}; run this file with `testbed run --backend docker` "
+                             f"{kind_of(spec.router).implementation}; run this file with `testbed run --backend docker` "
                              "(or process, for the adapters)")
 
 
@@ -174,21 +169,3 @@ def _target(spec: str, what: str) -> Callable[..., Any]:
         return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
     except (ImportError, AttributeError) as exc:
         raise BackendUnavailable(f"{what} is not available here: {spec} is missing ({exc})") from exc
-
-
-def build_foreign_image(router: str, client: Any, reporter: Any) -> str:
-    """The tag of `router`'s Docker image, built when needed (content-hashed:
-    a no-op when nothing changed)."""
-    kind = foreign_kind(router)
-    if kind.builder is None:
-        raise BackendUnavailable(f"{router} is a bare image ({kind.image}): build it yourself with docker build")
-    return str(_target(kind.builder, f"the {router} image builder")(client, reporter))
-
-
-def process_argv(router: str) -> list[str]:
-    """How a foreign node starts on the process backend (before --params/--config)."""
-    kind = foreign_kind(router)
-    if kind.process is None:
-        raise BackendUnavailable(f"router {{image: {kind.image}, contract: {CONTRACT}}} runs only on the docker "
-                                 "backend: a bare image is no program the process backend can start")
-    return list(_target(kind.process, f"the {router} adapter")())

@@ -1,30 +1,20 @@
 """What each router daemon is told at start (NodeConfig), from the resolved
 experiment, the addresses the backend allocated and what its kernel can
-shape: the node shapes in user space whatever the kernel cannot, and the
-backend's kernel shapes the rest (`shape_in_kernel`). Later CLI processes
+shape: the node shapes in user space whatever the kernel cannot
+(orchestrator/shaping/split.py). Later CLI processes
 read them back from the files the testbed record names (`recorded_configs`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from node.config import LinkShape, NodeConfig, PeerAddress
+from node.config import NodeConfig, PeerAddress
 from node.dilation import DilatedClock
-from orchestrator.backends.api import Backend, NodeAddress, ShapingCapabilities
-from orchestrator.errors import TestbedError
-from orchestrator.experiment.model import LinkParams, ResolvedExperiment
-from orchestrator.routers.kinds import is_bare, router_kind
+from orchestrator.backends.api import NodeAddress
+from orchestrator.experiment.model import ResolvedExperiment
+from orchestrator.routers.kinds import kind_of
 from orchestrator.routers.peers import node_indices, peer_ids_b58
-
-
-def kernel_shape(link: LinkParams) -> LinkShape:
-    return LinkShape(delay_ms=link.latency_ms, jitter_ms=link.jitter_ms, loss=link.loss)
-
-
-def user_shape(link: LinkParams, caps: ShapingCapabilities) -> LinkShape:
-    """The part of a link the node shapes itself: what the kernel cannot."""
-    return LinkShape() if caps.kernel_delay else kernel_shape(link)
+from orchestrator.shaping.split import ShapingCapabilities, user_shape
 
 
 def start_batches(resolved: ResolvedExperiment) -> tuple[list[str], list[str]]:
@@ -32,8 +22,8 @@ def start_batches(resolved: ResolvedExperiment) -> tuple[list[str], list[str]]:
     then the bare images (their scripts get a workload start fixed just
     before they start: orchestrator/routers/foreign_nodes.py), each in the
     experiment's order."""
-    bare = [spec.name for spec in resolved.nodes if is_bare(spec.router)]
-    return [spec.name for spec in resolved.nodes if not is_bare(spec.router)], bare
+    bare = [spec.name for spec in resolved.nodes if kind_of(spec.router).scripted]
+    return [spec.name for spec in resolved.nodes if not kind_of(spec.router).scripted], bare
 
 
 def dials(resolved: ResolvedExperiment) -> dict[str, list[str]]:
@@ -78,37 +68,8 @@ def build_configs(
             default_shape=user_shape(resolved.default_link, caps),
             uplink_bps=None if caps.kernel_rate else spec.uplink_bps,
             lag_path=str(run_dir / "node-logs" / f"{me}.lag.json"),
-            scores_path=str(run_dir / "scores" / f"{me}.csv") if router_kind(spec.router).scores_peers else "",
+            scores_path=str(run_dir / "scores" / f"{me}.csv") if kind_of(spec.router).engine.scores_peers else "",
             security=resolved.security, authenticity=resolved.authenticity, message_id=resolved.message_id,
             time_dilation=clock.factor, clock_epoch_ns=clock.epoch_ns,
         )
-    return configs
-
-
-def shape_in_kernel(backend: Backend, resolved: ResolvedExperiment, caps: ShapingCapabilities,
-                    names: list[str]) -> None:
-    """The kernel's half of the split `user_shape` makes: per-peer delay,
-    jitter and loss where the kernel has netem, each node's uplink where it
-    has htb/tbf."""
-    if not (caps.kernel_delay or caps.kernel_rate):
-        return
-    neighbours = resolved.neighbours()
-    for name in names:
-        per_peer = {p: kernel_shape(resolved.link(name, p)) for p in neighbours[name]} if caps.kernel_delay else {}
-        backend.apply_kernel_shaping(name, per_peer, resolved.node(name).uplink_bps if caps.kernel_rate else None)
-
-
-def recorded_configs(record: dict[str, Any]) -> dict[str, NodeConfig]:
-    """Each node's config from the file its testbed record names (another
-    CLI wrote it); one that cannot be read is a TestbedError naming it,
-    which `testbed down` reports before it cleans up."""
-    configs: dict[str, NodeConfig] = {}
-    for name, entry in (record.get("nodes") or {}).items():
-        path = entry.get("config")
-        if path and Path(path).is_file():
-            try:
-                configs[name] = NodeConfig.load(Path(path))
-            except (ValueError, TypeError) as exc:
-                raise TestbedError(f"{path}: {name}'s config is unreadable ({exc}); "
-                                   f"`testbed down {record.get('name')}` cleans up") from None
     return configs

@@ -8,7 +8,7 @@ whichever backend it is (it never asks for a backend's name).
              testbed is ready (orchestrator/run/readiness.py);
     workload: publishes and the churn timeline on the wall clock (orchestrator/run/workload.py,
              slowed down by orchestrator/run/wallclock.py when dilated); churn verbs mean
-             what the lifecycle table says (orchestrator/run/lifecycle.py);
+             what the lifecycle table says (orchestrator/experiment/lifecycle.py);
     down:    stop every node gracefully (LEAVE, flush), collect traces, remove
              what the backend created, write manifest.json
              (orchestrator/records/manifest.py), forget the testbed.
@@ -34,19 +34,18 @@ from node.config import NodeConfig
 from node.dilation import DilatedClock
 from node.trace.vocab import RunEvent
 from node.atomic import write_atomic
-from orchestrator.backends.api import Backend, BackendContext, ShapingCapabilities
+from orchestrator.backends.api import Backend, BackendContext, check_capabilities
 from orchestrator.backends.registry import backend_class, make_backend
 from orchestrator.errors import InputError, TeardownIncomplete, TestbedError
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
-from orchestrator.routers.kinds import router_kind
-from orchestrator.routers.foreign_nodes import (
-    before_start, convert_outputs, node_facts, planned_workload_t0, refuse_images, unshaped_warning, workload_bounds, write_pieces,
-)
-from orchestrator.run.lifecycle import Call, Ineligible, NodeLife, Process, Verb, check_capabilities, perform, transition
+from orchestrator.routers.kinds import kind_of
+from orchestrator.routers.foreign_nodes import ForeignNodes
+from orchestrator.experiment.lifecycle import Call, Ineligible, NodeLife, Process, Verb, drive
 from orchestrator.records.manifest import build_manifest, lag_summary, read_lag_files
-from orchestrator.routers.nodeconfigs import build_configs, recorded_configs, shape_in_kernel, start_batches
+from orchestrator.routers.nodeconfigs import build_configs
 from orchestrator.run import left_early
+from orchestrator.run.churn import BackendRunner
 from orchestrator.run.nodestate import NodeState
 from orchestrator.routers.peers import wire_facts
 from orchestrator.progress import Reporter
@@ -54,10 +53,12 @@ from orchestrator.run.readiness import Readiness
 from orchestrator.records.router_cpu import record_sample
 from orchestrator.records.rundir import default_run_dir
 from orchestrator.records.runinfo import RunWriter
-from orchestrator.records.state import StateStore, check_name
+from orchestrator.records.state import StateStore, check_name, recorded_configs
+from orchestrator.shaping.split import ShapingCapabilities, shape_in_kernel
 from orchestrator.run.wallclock import on_wall_clock
+from orchestrator.run.drain import DRAIN_S, drain
 from orchestrator.run.workload import (
-    QUIET_POLL_S, drain, last_action_s, linger_until_quiet, publish, run_timeline, sleep_until, start_lag_window,
+    QUIET_POLL_S, last_action_s, linger_until_quiet, publish, run_timeline, sleep_until, start_lag_window,
 )
 
 
@@ -77,6 +78,8 @@ class Controller:
         self.warnings: list[str] = []
         self.caps: ShapingCapabilities | None = None
         self.readiness = Readiness(nodes, backend, self._warn, self.event)
+        self.foreign = ForeignNodes(run_dir, drain_s=DRAIN_S)
+        self.runner = BackendRunner(backend, self._next_config)
         self._locks = {name: threading.Lock() for name in nodes}
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="churn")
         self._pending: list[Any] = []
@@ -104,7 +107,7 @@ class Controller:
         reporter = reporter or Reporter()
         testbed = check_name(testbed or resolved.name)
         check_capabilities(backend_class(backend_name), {c.action for c in resolved.churn})
-        refuse_images(resolved, backend_class(backend_name))
+        ForeignNodes(Path(), resolved).check(backend_class(backend_name))
         if store.exists(testbed):
             raise InputError(f"a testbed named {testbed!r} is already up; `testbed down {testbed}` or use --name")
         run_dir = Path(run_dir or default_run_dir(resolved.name, backend_name)).resolve()
@@ -113,7 +116,7 @@ class Controller:
             raise InputError("node names must be unique")
         neighbours = resolved.neighbours()
         nodes = {
-            s.name: NodeState(s.name, s.router, s.seed, neighbours[s.name], router_kind(s.router).mesh_low(s.params),
+            s.name: NodeState(s.name, s.router, s.seed, neighbours[s.name], kind_of(s.router).engine.mesh_low(s.params),
                               NodeLife(Process.STOPPED, frozenset(s.topics)))
             for s in resolved.nodes
         }
@@ -127,7 +130,7 @@ class Controller:
         try:
             backend = make_backend(backend_name, BackendContext(testbed, run_dir, store, reporter))
             ctl = cls(testbed, backend, run_dir, store, nodes, reporter)
-            ctl.resolved = resolved
+            ctl.resolved = ctl.foreign.resolved = resolved
             if resolved_yaml is not None:
                 ctl.writer.write_resolved(resolved_yaml)
             ctl.writer.write_topology(resolved)
@@ -203,7 +206,7 @@ class Controller:
             self.reporter.note(f"shaping: {self.caps.path} ({self.caps.detail})")
         token = (self.store.load(self.testbed) or {}).get("token", "")
         self.configs = build_configs(wall, addresses, self.caps, token, self.run_dir, clock)
-        if (unshaped := unshaped_warning(resolved, self.caps, self.backend.capabilities.foreign_proxy)) is not None:
+        if (unshaped := self.foreign.configured(self.caps, self.backend.capabilities.foreign_proxy)) is not None:
             self._warn(unshaped)
         cfg_dir = self.store.dir(self.testbed) / "configs"
         cfg_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -218,15 +221,15 @@ class Controller:
         self._set_status("starting", shaping=self.caps.__dict__, t0_ns=self.t0_ns, started_at=self.started_at)
         with self.reporter.phase(f"starting {len(names)} nodes", len(names)) as advance:
             # Bare images last, their scripts written for a workload start fixed just before (foreign_nodes.py).
-            first, bare = start_batches(resolved)
+            first, bare = self.foreign.start_order()
             written = time.time_ns()
             for batch in (first, bare):
                 if batch is bare and batch:  # the nodes a bare image dials listen before it starts
                     self.readiness.listening(first, clock.wall_s(30.0) + 0.3 * len(first), self.reporter)
                 if batch is bare and with_workload:
                     written = time.time_ns()
-                    self.workload_t0_ns = planned_workload_t0(resolved, written)
-                write_pieces(resolved, self.run_dir, self.workload_t0_ns, with_workload, batch)
+                    self.workload_t0_ns = self.foreign.plan_workload(written)
+                self.foreign.before_batch(self.workload_t0_ns, with_workload, batch)
                 self.backend.start_many([self._next_config(name) for name in batch])
             self.script_slack_ns = time.time_ns() - written if self.workload_t0_ns else 0
             for name in names:
@@ -248,7 +251,7 @@ class Controller:
         st = self.nodes[name]
         st.incarnation += 1
         seed = incarnation_seed(st.seed, st.incarnation)
-        before_start(self.run_dir, name, time.time_ns())
+        self.foreign.before_start(name, time.time_ns())
         return replace(self.configs[name], seed=seed, topics=tuple(sorted(st.topics)))
 
     # Workload
@@ -258,7 +261,8 @@ class Controller:
         one, or with `linger: auto` until the network is quiet (at most
         until the experiment's end). All of it on the wall clock's time."""
         written, resolved = resolved, on_wall_clock(resolved)
-        t0, end_ns, late = workload_bounds(self.workload_t0_ns, self.script_slack_ns, time.time_ns(), resolved.end_time())
+        t0, end_ns, late = self.foreign.workload_window(self.workload_t0_ns, self.script_slack_ns, time.time_ns(),
+                                                        resolved.end_time())
         self.workload_t0_ns = t0
         if late is not None:
             self._warn(late)
@@ -322,25 +326,16 @@ class Controller:
         with node_down/node_up logged when each step is done (a started or
         reconnected node is up once it is connected and meshed)."""
         st = self.nodes[name]
+        steps = drive(self.runner, name, st.life, Verb(action.action), action.topic, action.peers)
         try:
-            change = transition(st.life, Verb(action.action), action.topic, action.peers)
+            for step in steps:
+                st.life = step.life
+                if step.call in (Call.START, Call.RECONNECT) and st.reachable:
+                    self._wait_back(name)
+                for ev in step.events:
+                    self.event(ev.kind, node=name, cause=ev.cause)
         except Ineligible as exc:
             self._warn(f"churn {action.action} on {name} skipped: {exc}")
-            return
-        peers = list(action.peers) or None
-        for step in change.steps:
-            self._call(step.call, name, peers, action.topic)
-            st.life = step.life
-            if step.call in (Call.START, Call.RECONNECT) and st.reachable:
-                self._wait_back(name)
-            for ev in step.events:
-                self.event(ev.kind, node=name, cause=ev.cause)
-
-    def _call(self, call: Call, name: str, peers: list[str] | None, topic: str | None) -> None:
-        if call is Call.START:
-            self.backend.start(self._next_config(name))
-        else:
-            perform(self.backend, call, name, peers, topic)
 
     def _wait_back(self, name: str) -> None:
         try:
@@ -386,7 +381,7 @@ class Controller:
             except TeardownIncomplete as exc:  # the run directory is finished all the same
                 incomplete, lines = exc, exc.removed
                 self._warn(str(exc))
-        self.foreign_outputs, warnings = convert_outputs(self.run_dir, list(self.nodes))
+        self.foreign_outputs, warnings = self.foreign.after_down(list(self.nodes))
         for message in self.backend.collection_warnings() + warnings:
             self._warn(message)
         self._check_traces()
@@ -418,7 +413,7 @@ class Controller:
                                  **record.get("wire_facts", {})}
         if self.caps is not None:
             routers = {n: st.router for n, st in self.nodes.items()}
-            extra["node_facts"] = node_facts(routers, self.caps, self.backend.capabilities.foreign_proxy)
+            extra["node_facts"] = self.foreign.node_facts(routers, self.caps, self.backend.capabilities.foreign_proxy)
         extra.update({"foreign_outputs": self.foreign_outputs} if self.foreign_outputs else {})
         if (isolation := self.backend.isolation()) is not None:
             extra["isolation"] = isolation

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends.api import Backend
+from orchestrator.experiment.lifecycle import Process
 from orchestrator.fanout import fan_out
-from orchestrator.run.lifecycle import Process
 from orchestrator.run.nodestate import NodeState
 
 PARALLEL = 16  # concurrent is_running questions, as Backend.stop_many asks them

@@ -1,5 +1,5 @@
 """What the controller believes about each node of a real testbed: its
-lifecycle state (orchestrator/run/lifecycle.py) plus what it was started with.
+lifecycle state (orchestrator/experiment/lifecycle.py) plus what it was started with.
 Saved in the state store, so a later `testbed churn` or `down` in another
 process picks up where `up` left off."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.run.lifecycle import NodeLife, Process
+from orchestrator.experiment.lifecycle import NodeLife, Process
 
 
 @dataclass

@@ -21,7 +21,7 @@ from node.trace.vocab import RunEvent
 from orchestrator.backends.api import Backend
 from orchestrator.errors import TestbedError
 from orchestrator.fanout import fan_out
-from orchestrator.routers.kinds import is_bare, router_kind
+from orchestrator.routers.kinds import kind_of
 from orchestrator.run.nodestate import NodeState
 from orchestrator.progress import Reporter
 
@@ -40,7 +40,7 @@ class Readiness:
         self.event = event
 
     def status(self, name: str) -> dict[str, Any] | None:
-        if is_bare(self.nodes[name].router):
+        if kind_of(self.nodes[name].router).scripted:
             return self.observed(name)
         return self.backend.control_client(name).try_call("status", timeout=2.0)
 
@@ -62,7 +62,7 @@ class Readiness:
         for p in self.nodes[name].neighbours:
             if p not in self.nodes:
                 continue
-            if is_bare(self.nodes[p].router):
+            if kind_of(self.nodes[p].router).scripted:
                 if self.backend.is_running(p):
                     peers.append(p)
                 continue
@@ -86,7 +86,7 @@ class Readiness:
         st = self.nodes[name]
         if not st.mesh_low:
             return True
-        any_topic = router_kind(st.router).mesh_any_topic
+        any_topic = kind_of(st.router).engine.mesh_any_topic
         peers = set(status.get("peers", []))
         mesh = status.get("mesh", {})
         for topic in st.topics:
@@ -96,7 +96,7 @@ class Readiness:
                 p for p in peers
                 if p in self.nodes and _meshes(self.nodes[p].router)
                 and (any_topic or topic in self.nodes[p].topics)
-                and not (status.get("observed") and is_bare(self.nodes[p].router))
+                and not (status.get("observed") and kind_of(self.nodes[p].router).scripted)
             ]
             if len(mesh[topic]) < min(st.mesh_low, len(candidates)):
                 return False
@@ -108,7 +108,7 @@ class Readiness:
         its peers once, as it starts (go's ends the run when a connect fails),
         so the nodes it dials must already listen. Who never answers is left
         to `wait` to name."""
-        pending = {n for n in names if not is_bare(self.nodes[n].router)}
+        pending = {n for n in names if not kind_of(self.nodes[n].router).scripted}
         deadline = time.monotonic() + timeout
         with reporter.phase(f"waiting for {len(pending)} nodes to listen before the bare images start", len(pending)) as advance:
             while pending and time.monotonic() < deadline:
@@ -176,4 +176,4 @@ class Readiness:
 
 
 def _meshes(router: str) -> bool:
-    return router_kind(router).meshes
+    return kind_of(router).engine.meshes

@@ -2,7 +2,7 @@
 actions at their times from t=0 (when every node is up), then the linger.
 
 Publishing goes through a node's control endpoint, and only through a node
-the lifecycle calls reachable (orchestrator/run/lifecycle.py says why); a message
+the lifecycle calls reachable (orchestrator/experiment/lifecycle.py says why); a message
 with no reachable publisher is skipped with a warning, as in the simulator.
 
 `linger: auto` (ResolvedExperiment.linger_auto): after the last publish and
@@ -18,14 +18,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from node.dilation import DilatedClock
 from node.runtime.client import ControlError
 from node.trace.vocab import RunEvent
 from node.wire.rpc import workload_data
 from orchestrator.backends.api import Backend
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.fanout import fan_out
-from orchestrator.routers.kinds import is_bare
+from orchestrator.routers.kinds import kind_of
 from orchestrator.run.nodestate import NodeState
 from orchestrator.progress import Reporter
 from orchestrator.records.runinfo import RunWriter
@@ -50,7 +49,7 @@ def publish(
         warn(f"message {p.seq}: no live publisher among {list(p.via)}; skipped")
         return None
     t = time.time_ns()
-    if p.publisher is not None and is_bare(nodes[p.publisher].router):  # its script publishes it
+    if p.publisher is not None and kind_of(nodes[p.publisher].router).scripted:  # its script publishes it
         mid = workload_data(p.seq, 8).hex()
         writer.event(t, RunEvent.PUBLISH, node=p.publisher, via=[p.publisher], topic=p.topic, message_id=mid,
                      size=p.size, seq=p.seq, scripted=True)
@@ -112,7 +111,7 @@ def ask_each(nodes: Mapping[str, NodeState], backend: Backend, cmd: str, timeout
              **args: Any) -> dict[str, dict[str, Any] | None]:
     """`cmd` to every reachable node with a control endpoint (a bare image
     has none), `workers` at a time: each node's answer, None for no answer."""
-    names = [n for n, st in nodes.items() if st.reachable and not is_bare(st.router)]
+    names = [n for n, st in nodes.items() if st.reachable and not kind_of(st.router).scripted]
     return dict(zip(names, fan_out(
         lambda n: backend.control_client(n).try_call(cmd, timeout=timeout, **args), names, workers), strict=True))
 
@@ -153,33 +152,3 @@ def start_lag_window(nodes: Mapping[str, NodeState], backend: Backend) -> dict[s
     whole life in one window."""
     answers = ask_each(nodes, backend, "status", 5.0, reset_lag=True)
     return {n: a["lag"] for n, a in answers.items() if a and (a.get("lag") or {}).get("samples")}
-
-
-DRAIN_S = 3.0  # at most this long for the RPCs in flight at the end of a run to arrive
-DRAIN_POLL_S = 0.3
-
-
-def drain(nodes: Mapping[str, NodeState], backend: Backend, reporter: Reporter,
-          clock: DilatedClock = DilatedClock()) -> dict[str, dict[str, Any] | None]:
-    """Before the nodes stop: every router's lag window ends (node/runtime/lag.py:
-    what follows is teardown), then each LEAVEs and empties its queues, then the
-    RPCs on their way arrive (until two polls see the same counters, at
-    most DRAIN_S), so a run's traces show every RPC sent as received. Bare
-    images have no control endpoint: their scripts end on their own.
-    Returns each drained node's answer: its counters and event-loop lag once
-    its queues were empty (the answers are the first poll of the linger, so
-    250 nodes cost one round of calls less); None for a node that did not
-    answer (its router stopped or hung on its own). A router without a
-    `drain` command (the rust-libp2p and py-libp2p adapters refuse it) is
-    alive all the same: its `status` is its answer, its queues empty on their
-    own in the linger. A time-dilated run (`clock`) polls and waits as many
-    times longer as its links are."""
-    ask_each(nodes, backend, "status", 5.0, end_lag=True)  # the lag window ends: what follows is teardown
-    answers = ask_each(nodes, backend, "drain", 5.0)
-    refused = {n: nodes[n] for n, answer in answers.items() if answer is None}
-    if refused:
-        answers.update({n: a for n, a in ask_each(refused, backend, "status", 5.0).items() if a is not None})
-    linger_until_quiet(nodes, backend, time.time_ns() + round(clock.wall_s(DRAIN_S) * 1e9), reporter,
-                       poll_s=clock.wall_s(DRAIN_POLL_S), title="draining: RPCs in flight arrive",
-                       first={n: quiet_counters(a) for n, a in answers.items()})
-    return answers

@@ -6,7 +6,7 @@ Why: without sch_netem our router delays, jitters and loses its own egress
 in user space; a foreign router cannot. So its container gets a sidecar, made
 from our router image, that shares its network namespace
 (network_mode="container:<id>"), and iptables rules in that namespace (set
-from the host through nsenter, as docker_netns.py does for tc) that send the
+from the host through nsenter, as the docker backend does for tc, backends/docker/netns.py) that send the
 node's TCP through it:
 - nat OUTPUT: every TCP connection the node dials, except to loopback and the
   exempt addresses (the host's gateway: control traffic), to OUTBOUND_PORT;
@@ -44,11 +44,10 @@ from typing import Any
 from node.config import LinkShape, NodeConfig
 from node.shaping.stream import MAX_RETRANSMITS, RTO_MIN_S
 from node.shaping.proxy import ProxyConfig
-from orchestrator.backends.api import ShapingCapabilities
 from orchestrator.dockerapi.names import LABEL_NODE
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.experiment.model import ResolvedExperiment
-from orchestrator.routers.nodeconfigs import user_shape
+from orchestrator.shaping.split import ShapingCapabilities, user_shape
 
 PROXY_UID = 65533  # the proxy's own uid: iptables exempts its sockets by owner
 OUTBOUND_PORT = 19000

@@ -13,7 +13,7 @@ from node.engine.api import Router
 from node.engine.authenticity import Authenticity
 from node.wire.rpc import PeerId
 from orchestrator.experiment.model import ResolvedExperiment
-from orchestrator.run.lifecycle import NodeLife, Process
+from orchestrator.experiment.lifecycle import NodeLife, Process
 from orchestrator.routers.peers import authenticity_for, node_identities
 from orchestrator.routers.sybils import sybil_behaviours
 
@@ -39,7 +39,7 @@ class SimNode:
     router: str
     params: dict
     seed: int
-    life: NodeLife  # process state, topics, partitions: orchestrator/run/lifecycle.py
+    life: NodeLife  # process state, topics, partitions: orchestrator/experiment/lifecycle.py
     neighbours: tuple[str, ...]
     uplink_bps: int | None
     auth: Authenticity

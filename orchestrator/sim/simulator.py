@@ -25,8 +25,9 @@ from node.trace.vocab import RunEvent
 from node.wire.rpc import Message, PeerId, Rpc, rpc_size, workload_data
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
-from orchestrator.run.lifecycle import Call, Ineligible, Process, Verb, transition
+from orchestrator.experiment.lifecycle import Ineligible, Process, Verb, drive
 from orchestrator.routers.peers import authenticity_for, injector_identity
+from orchestrator.sim.churn import SimRunner
 from orchestrator.sim.dial import DialOnSend
 from orchestrator.sim.gc import quiet_gc
 from orchestrator.sim.node import Conn, SimNode, sim_nodes
@@ -365,33 +366,12 @@ class Simulator:
     def _apply(self, action: ChurnAction, node: SimNode) -> None:
         """One verb on one node, step by step as the lifecycle table says."""
         try:
-            change = transition(node.life, Verb(action.action), action.topic, action.peers)
+            for step in drive(SimRunner(self), node.name, node.life, Verb(action.action), action.topic, action.peers):
+                node.life = step.life
+                for ev in step.events:
+                    self.log_event(self.now, ev.kind, node=node.name, cause=ev.cause)
         except Ineligible as exc:
             self.log_event(self.now, RunEvent.WARNING, message=f"churn {action.action} on {node.name} skipped: {exc}")
-            return
-        peers = set(action.peers) if action.peers else None
-        for step in change.steps:
-            self._call(step.call, node, peers, action.topic)
-            node.life = step.life
-            for ev in step.events:
-                self.log_event(self.now, ev.kind, node=node.name, cause=ev.cause)
-
-    def _call(self, call: Call, node: SimNode, peers: set[str] | None, topic: str | None) -> None:
-        if call is Call.KILL or call is Call.STOP:
-            self._stop(node, graceful=call is Call.STOP)
-        elif call is Call.START:
-            self._start(node, self.now)
-        elif call is Call.RESUME:
-            self._unpause(node)
-        elif call is Call.DISCONNECT:
-            self._partition(node, peers)
-        elif call is Call.RECONNECT:
-            self._dial_neighbours(node, peers)
-        elif call is Call.SUBSCRIBE or call is Call.UNSUBSCRIBE:
-            assert node.engine is not None and topic is not None
-            join = call is Call.SUBSCRIBE
-            self._emit(node, (node.engine.join if join else node.engine.leave)(self.now, topic))
-        # Call.PAUSE: a paused node is one whose life says so; its inputs wait
 
     def _unpause(self, node: SimNode) -> None:
         node.life = replace(node.life, process=Process.RUNNING)

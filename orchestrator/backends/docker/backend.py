@@ -42,7 +42,8 @@ from orchestrator.backends.docker import collect
 from orchestrator.backends.docker import nodedir
 from orchestrator.backends.docker import teardown as docker_teardown
 from orchestrator.backends.docker import wiring as docker_wiring
-from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
+from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress
+from orchestrator.shaping.split import ShapingCapabilities
 from orchestrator.backends.docker.netns import Containers, Netns
 from orchestrator.shaping.proxy import config_proxy_shapes, proxy_needed, shape_foreign
 from orchestrator.backends.docker.teardown import find, stop_all
@@ -58,7 +59,7 @@ from orchestrator.dockerapi.names import LABEL_IP, LABEL_NODE, LABEL_TESTBED
 from orchestrator.dockerapi.teardown import Scope, summary
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
 from orchestrator.fanout import fan_out
-from orchestrator.routers.kinds import build_foreign_image, foreign_kind, is_foreign
+from orchestrator.routers.kinds import kind_of
 from orchestrator.routers.foreign_nodes import PARAMS
 from orchestrator.images.base import image_or_none
 from orchestrator.images.tree import shared_binds
@@ -203,7 +204,7 @@ class DockerBackend(Backend):
         start_or_explain(node, container)
         wiring.started(node, container, self.ips[node])
         self.netns.restarted(node)
-        if is_foreign(config.router) and proxy_needed(self.shaping_capabilities()):
+        if kind_of(config.router).foreign and proxy_needed(self.shaping_capabilities()):
             self.proxies[node] = shape_foreign(
                 self._client, container, node, config_proxy_shapes(config, self.ips), image=self.image,
                 labels=self.labels(), config_dir=self.store.dir(self.testbed) / "proxy",
@@ -217,15 +218,14 @@ class DockerBackend(Backend):
     def _launch(self, config: NodeConfig) -> tuple[str, list[str] | None, list[str], str]:
         """(image, entrypoint (None: the image's own), command, log size) of a node."""
         cfg, log = nodedir.inside(nodedir.CONFIG), nodedir.inside(nodedir.LOG)
-        if not is_foreign(config.router):
+        kind = kind_of(config.router)
+        if not kind.foreign:
             return self.image, self.entrypoint, [cfg, log], NODE_LOG_SIZE  # type: ignore[return-value]
-        kind = foreign_kind(config.router)
         if config.router not in self.foreign_images:
-            if kind.bare and image_or_none(self._client, kind.image) is None:  # type: ignore[arg-type]
+            if kind.image is not None and image_or_none(self._client, kind.image) is None:
                 raise BackendUnavailable(f"image {kind.image} is not on this machine (nothing is pulled): build it "
                                          "first, docs/foreign-routers.md")
-            self.foreign_images[config.router] = kind.image if kind.bare else build_foreign_image(
-                config.router, self._client, self.reporter)
+            self.foreign_images[config.router] = kind.image or kind.build_image(self._client, self.reporter)
         command = ["--params", nodedir.inside(PARAMS)] + (["--config", cfg] if kind.control else [])
         return self.foreign_images[config.router], None, command, FOREIGN_LOG_SIZE
 

@@ -40,7 +40,7 @@ from orchestrator.shaping import delayline
 from orchestrator.host import iptables
 from orchestrator.host import neighbours
 from orchestrator.shaping import tc
-from orchestrator.backends.api import ShapingCapabilities
+from orchestrator.shaping.split import ShapingCapabilities
 from orchestrator.backends.docker.wiring import Wiring
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.progress import Reporter

@@ -38,10 +38,11 @@ from pathlib import Path
 from node.config import LinkShape, NodeConfig
 from node.runtime.client import ControlError
 from node.atomic import write_atomic
-from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
+from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress
+from orchestrator.shaping.split import ShapingCapabilities
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.records.router_cpu import proc_cpu_seconds
-from orchestrator.routers.kinds import is_foreign, process_argv
+from orchestrator.routers.kinds import kind_of
 from orchestrator.routers.foreign_nodes import PARAMS, STDOUT, node_dir
 from orchestrator.host.procs import proc_alive, proc_cmdline, proc_start_time, send_signal, terminate, wait_gone
 from orchestrator.records.state import StateStore
@@ -156,9 +157,9 @@ class ProcessBackend(Backend):
         Path(config.trace_path).parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "node", "--config", str(path)]
         out_path: Path | None = None  # stdout: beside stderr in the node's log, or a foreign node's NDJSON
-        if is_foreign(config.router):
+        if (kind := kind_of(config.router)).foreign:
             ndir = node_dir(self.run_dir, node)
-            cmd = [*process_argv(config.router), "--params", str(ndir / PARAMS), "--config", str(path)]
+            cmd = [*kind.process_argv(), "--params", str(ndir / PARAMS), "--config", str(path)]
             out_path = ndir / STDOUT
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))

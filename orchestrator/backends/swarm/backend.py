@@ -40,7 +40,8 @@ from node.config import LinkShape, NodeConfig
 from node.runtime.client import ControlClient, ControlError
 from orchestrator.backends.swarm import task as task_spec
 from orchestrator.shaping import tc
-from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress, ShapingCapabilities
+from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress
+from orchestrator.shaping.split import ShapingCapabilities
 from orchestrator.dockerapi import names
 from orchestrator.dockerapi.client import current_state_dir, kill_container
 from orchestrator.dockerapi.names import LABEL_NODE, LABEL_TESTBED, MOUNT, NODE_UID

@@ -33,15 +33,11 @@ says why):
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from node.trace.vocab import RunEvent
-from orchestrator.errors import BackendUnavailable
-
-if TYPE_CHECKING:
-    from orchestrator.backends.api import Backend
 
 
 class Verb(str, enum.Enum):
@@ -294,30 +290,42 @@ NEEDS_CAPABILITY = {Verb.PAUSE: "pause", Verb.UNPAUSE: "pause", Verb.DISCONNECT:
                     Verb.RECONNECT: "partitions"}
 
 
-def perform(backend: Backend, call: Call, node: str, peers: list[str] | None, topic: str | None) -> None:
-    """What `call` means on a backend, for every call but START (which needs
-    the node's next config, the controller's)."""
-    if call is Call.STOP:
-        backend.stop(node)
-    elif call is Call.KILL:
-        backend.kill(node)
-    elif call is Call.PAUSE:
-        backend.pause(node)
-    elif call is Call.RESUME:
-        backend.resume(node)
-    elif call is Call.DISCONNECT:
-        backend.disconnect(node, peers)
-    elif call is Call.RECONNECT:
-        backend.reconnect(node, peers)
+class Runner(Protocol):
+    """Whoever runs the nodes, in the table's words: one method per Call.
+    The controller implements it on a backend (orchestrator/run/churn.py),
+    the simulator on its engines (orchestrator/sim/churn.py), so a verb is
+    driven through the same steps in both."""
+
+    def kill(self, node: str) -> None: ...
+    def stop(self, node: str) -> None: ...
+    def start(self, node: str) -> None: ...
+    def pause(self, node: str) -> None: ...
+    def resume(self, node: str) -> None: ...
+    def disconnect(self, node: str, peers: Collection[str] | None) -> None: ...
+    def reconnect(self, node: str, peers: Collection[str] | None) -> None: ...
+    def subscribe(self, node: str, topic: str) -> None: ...
+    def unsubscribe(self, node: str, topic: str) -> None: ...
+
+
+def perform(runner: Runner, call: Call, node: str, peers: Collection[str] | None, topic: str | None) -> None:
+    """Ask `runner` for one call: the peers go with the partition calls,
+    the topic with the subscription calls."""
+    method = getattr(runner, call.value)
+    if call in (Call.DISCONNECT, Call.RECONNECT):
+        method(node, peers)
     elif call in (Call.SUBSCRIBE, Call.UNSUBSCRIBE):
-        backend.control_client(node).call(call.value, topic=topic)
+        method(node, topic)
     else:
-        raise ValueError(f"{call.value} is the controller's to perform (it needs the node's next config)")
+        method(node)
 
 
-def check_capabilities(backend: type[Backend] | Backend, verbs: set[str]) -> None:
-    """Refuse churn the backend cannot do, before anything starts."""
-    for verb in sorted(verbs):
-        need = NEEDS_CAPABILITY.get(Verb(verb))
-        if need is not None and not getattr(backend.capabilities, need):
-            raise BackendUnavailable(f"the {backend.name} backend cannot {verb} nodes (no {need} support)")
+def drive(runner: Runner, node: str, life: NodeLife, verb: Verb, topic: str | None = None,
+          peers: Collection[str] = ()) -> Iterator[Step]:
+    """One verb on one node, step by step: each step's call is made on
+    `runner`, then the step is handed back so the caller records the state
+    it leaves the node in and logs its events. Ineligible when the table
+    has no such transition (before any call)."""
+    change = transition(life, verb, topic, peers)
+    for step in change.steps:
+        perform(runner, step.call, node, peers or None, topic)
+        yield step
