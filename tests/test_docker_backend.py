@@ -154,7 +154,8 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends, network):
     backend.reconnect("n2")
     assert wait_for(lambda: tcp_reachable(ips[2], 9000))
 
-    backend.destroy()
+    backend.destroy()  # then the one removal, as the controller does
+    type(backend).cleanup(backend.testbed, backend.store)
     assert _docker_ls("container", backend.testbed) == []
     assert _networks_of(backend) == []
     assert backend.manifest_facts()["network"]["kind"] == network  # the final manifest still names it
@@ -266,6 +267,7 @@ def test_kernel_delay_reaches_the_frames_between_containers(docker_backends):
     assert all(s is not None and 0.06 <= s[1] < 0.2 for s in slow), slow
     assert fast is not None and fast[1] < 0.03, fast
     backend.destroy()
+    type(backend).cleanup(backend.testbed, backend.store)
     facts = backend.netns.host_network_facts()
     assert facts["neighbour_table_overflows"] == 0 and backend.shaping_warnings() == []
     if caps.path == "delayline+htb":
