@@ -386,7 +386,8 @@ class DockerBackend(Backend):
     def manifest_facts(self) -> dict[str, Any]:
         """Each foreign node's shaping proxy (docker_proxy.ProxyInfo), the host's network facts
         (Netns), and the host directories the router image's code and libraries are mounted from."""
-        facts: dict[str, Any] = ({"shaping_proxies": self.proxies} if self.proxies else {}) | self.netns.host_network_facts()
+        facts: dict[str, Any] = {"shaping_proxies": self.proxies} if self.proxies else {}
+        facts |= self.netns.host_network_facts()
         if self.wiring:
             facts["network"] = {"kind": self.wiring.kind, "bridge": self.wiring.bridge,
                                 "subnet": str(self.wiring.subnet)}

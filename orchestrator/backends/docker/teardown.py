@@ -119,7 +119,15 @@ from orchestrator.host import iptables
 from orchestrator.backends.docker import own_bridge
 from orchestrator.dockerapi.client import DaemonNotAnswering, cgroup_procs, docker_client, stuck
 from orchestrator.dockerapi.names import LABEL_STATE, LABEL_TESTBED, PARALLEL, node_prefix
-from orchestrator.dockerapi.teardown import DAEMON_RESTART, Leftover, Resource, Scope, TeardownReport, labels_of, unchecked
+from orchestrator.dockerapi.teardown import (
+    DAEMON_RESTART,
+    Leftover,
+    Resource,
+    Scope,
+    TeardownReport,
+    labels_of,
+    unchecked,
+)
 from orchestrator.errors import BackendUnavailable, TeardownIncomplete
 from orchestrator.fanout import fan_out
 from orchestrator.host.procs import proc_alive, proc_parent, send_signal
