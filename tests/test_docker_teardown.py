@@ -141,7 +141,7 @@ def test_down_ends_and_removes_the_testbed_once(tmp_path, monkeypatch, node_imag
     monkeypatch.setattr(docker_teardown, "teardown", teardown)
     monkeypatch.setattr(Netns, "end_host_network", end_host_network)
     name = f"once-{os.getpid()}"
-    assert run_cli("up", str(experiment(tmp_path, "once", 2)), "--backend", "docker", "--name", name,
+    assert run_cli("up", str(experiment(tmp_path, "once", 4)), "--backend", "docker", "--name", name,
                    "--out", str(tmp_path / "run")) == 0
     assert calls == []
     assert run_cli("down", name) == 0
