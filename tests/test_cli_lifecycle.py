@@ -143,8 +143,8 @@ def test_a_stop_that_leaves_containers_behind_finishes_the_run_and_keeps_the_rec
 def test_down_runs_each_teardown_step_once(env, tmp_path):
     """`testbed down NAME` through the console script: one destroy, one
     cleanup, one sweep for stray routers (it was one destroy, two cleanups
-    and two sweeps: destroy's, the controller's cleanup's, then `down`'s own
-    cleanup)."""
+    and two sweeps: destroy swept, the controller's cleanup swept again, and
+    `down` then cleaned up once more)."""
     env = {**env, "TESTBED_BACKENDS": "counting=tests.fake_backend:CountingBackend",
            "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     tb(env, "up", str(experiment(tmp_path)), "--backend", "counting", "--name", "once", "--out", str(tmp_path / "run"))
