@@ -22,7 +22,7 @@ from orchestrator.errors import InputError
 from orchestrator.progress import RichReporter
 
 if TYPE_CHECKING:
-    from orchestrator.backends.docker.teardown import Resource
+    from orchestrator.dockerapi.teardown import Resource
 
 console = Console()
 err = Console(stderr=True)
@@ -40,7 +40,8 @@ def gc(
     Docker engine (and service, secret and overlay in its swarm), and the
     host's own bridges, delay lines and iptables rules, from any state
     directory; lists them and asks first."""
-    from orchestrator.backends.docker.teardown import Scope, TeardownReport, find, summary, teardown  # noqa: PLC0415
+    from orchestrator.backends.docker.teardown import find, teardown  # noqa: PLC0415
+    from orchestrator.dockerapi.teardown import Scope, TeardownReport, summary  # noqa: PLC0415
     from orchestrator.dockerapi.client import docker_client  # noqa: PLC0415
     from orchestrator.backends.swarm.teardown import listed as swarm_listed  # noqa: PLC0415
     from orchestrator.backends.swarm.teardown import remove as swarm_remove  # noqa: PLC0415

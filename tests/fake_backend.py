@@ -3,7 +3,8 @@ through TESTBED_BACKENDS, each running routers as local processes (the
 process backend's machinery). FakeBackend declares that it cannot pause or
 partition nodes, and notes every control client the controller asks it for,
 so a test can see the controller reached the nodes only through the
-contract; the others stand in for an engine in one respect each."""
+contract; the others stand in for an engine in one respect each, or count
+what the controller asks of them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from node.runtime.client import ControlClient
 from orchestrator.backends.api import Capabilities
 from orchestrator.shaping.split import ShapingCapabilities
 from orchestrator.backends.process.backend import ProcessBackend
+from orchestrator.records.state import StateStore
 
 
 class FakeBackend(ProcessBackend):
@@ -31,7 +33,7 @@ class FakeBackend(ProcessBackend):
 class StuckStopBackend(ProcessBackend):
     """Its first stop ends the routers and then finds them still listed as
     running, as Docker 20.10 does when its libnetwork deadlocks on many
-    exits (orchestrator/backends/docker/stop.py): TeardownIncomplete. Later stops are
+    exits (orchestrator/backends/docker/teardown.py): TeardownIncomplete. Later stops are
     the process backend's, as after a daemon restart."""
 
     name = "stuck"
@@ -46,6 +48,33 @@ class StuckStopBackend(ProcessBackend):
         marker.write_text("")
         raise TeardownIncomplete([f"{len(nodes)} container(s): the daemon is stuck; restart it, then "
                                   "`testbed down --all`"], [])
+
+
+class CountingBackend(ProcessBackend):
+    """The process backend, writing each teardown step it is asked for
+    (destroy, cleanup, and the sweep for stray routers both end in) as a line
+    of teardown-calls.log in the state directory."""
+
+    name = "counting"
+
+    def destroy(self) -> None:
+        _count(self.store, "destroy")
+        super().destroy()
+
+    @classmethod
+    def cleanup(cls, testbed: str | None, store: StateStore) -> list[str]:
+        _count(store, "cleanup")
+        return super().cleanup(testbed, store)
+
+    @staticmethod
+    def _kill_strays(store: StateStore, testbed: str | None) -> list[str]:
+        _count(store, "kill_strays")
+        return ProcessBackend._kill_strays(store, testbed)
+
+
+def _count(store: StateStore, step: str) -> None:
+    with open(store.root / "teardown-calls.log", "a") as log:
+        log.write(step + "\n")
 
 
 class NetemBackend(ProcessBackend):

@@ -32,7 +32,7 @@ from orchestrator.shaping import delayline
 from orchestrator.host import iptables
 
 from orchestrator.backends.docker import own_bridge
-from orchestrator.dockerapi.client import LABEL_STATE
+from orchestrator.dockerapi.names import LABEL_STATE
 
 TESTBED = Path(sys.executable).parent / "testbed"
 COMMANDS = ("up", "run", "down")

@@ -140,6 +140,21 @@ def test_a_stop_that_leaves_containers_behind_finishes_the_run_and_keeps_the_rec
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == written
 
 
+def test_down_runs_each_teardown_step_once(env, tmp_path):
+    """`testbed down NAME` through the console script: one destroy, one
+    cleanup, one sweep for stray routers (it was one destroy, two cleanups
+    and two sweeps: destroy swept, the controller's cleanup swept again, and
+    `down` then cleaned up once more)."""
+    env = {**env, "TESTBED_BACKENDS": "counting=tests.fake_backend:CountingBackend",
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    tb(env, "up", str(experiment(tmp_path)), "--backend", "counting", "--name", "once", "--out", str(tmp_path / "run"))
+    calls = Path(env["TESTBED_STATE_DIR"]) / "teardown-calls.log"
+    assert not calls.exists()
+    tb(env, "down", "once")
+    assert calls.read_text().split() == ["destroy", "cleanup", "kill_strays"]
+    assert router_pids(Path(env["TESTBED_STATE_DIR"])) == []
+
+
 @pytest.mark.slow
 def test_down_names_a_router_that_stopped_on_its_own(env, tmp_path):
     """A router that ended behind the controller's back (here SIGKILL; a

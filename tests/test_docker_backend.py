@@ -16,7 +16,7 @@ import pytest
 from node.config import LinkShape
 from orchestrator.backends.api import BackendContext
 from orchestrator.backends.docker import own_bridge
-from orchestrator.dockerapi.client import LABEL_IP, LABEL_NODE, LABEL_RUN, LABEL_TESTBED
+from orchestrator.dockerapi.names import LABEL_IP, LABEL_NODE, LABEL_RUN, LABEL_TESTBED
 from orchestrator.backends.docker.wiring import DOCKER_NETWORK, OWN_BRIDGE
 from orchestrator.records.state import StateStore
 from tests.docker_fixtures import (  # noqa: F401 - fixtures
@@ -154,7 +154,8 @@ def test_lifecycle_labels_addresses_and_churn(docker_backends, network):
     backend.reconnect("n2")
     assert wait_for(lambda: tcp_reachable(ips[2], 9000))
 
-    backend.destroy()
+    backend.destroy()  # then the one removal, as the controller does
+    type(backend).cleanup(backend.testbed, backend.store)
     assert _docker_ls("container", backend.testbed) == []
     assert _networks_of(backend) == []
     assert backend.manifest_facts()["network"]["kind"] == network  # the final manifest still names it
@@ -172,9 +173,9 @@ def test_stopping_many_gives_every_router_sigterm_and_waits_for_docker(docker_ba
     nodes = ["a", "b", "c", "d"]
     _up(backend, nodes)
     if network == OWN_BRIDGE:  # no kill call through Docker: the host signals each init itself
-        from orchestrator.backends.docker import stop as docker_stop
+        from orchestrator.backends.docker import teardown as docker_teardown
 
-        monkeypatch.setattr(docker_stop, "_signal", lambda *a: pytest.fail(f"a kill through Docker: {a[1:]}"))
+        monkeypatch.setattr(docker_teardown, "_signal", lambda *a: pytest.fail(f"a kill through Docker: {a[1:]}"))
     assert backend.stop_many(nodes) == {}
     for node in nodes:
         state = backend._container(node).attrs["State"]
@@ -231,7 +232,7 @@ def test_kernel_rate_limit_slows_a_transfer(docker_backends):
     assert caps.kernel_rate
     cmds = backend.apply_kernel_shaping("a", {"b": LinkShape(delay_ms=20, rate_bps=1_000_000)}, None)
     assert any("htb" in c for c in cmds)
-    shown = backend.qdisc_show("a")
+    shown = backend.netns.qdisc_show("a")
     assert "qdisc htb 1: root" in shown and "class htb 1:10" in shown and "rate 1Mbit" in shown
 
     slow = _send(backend, "a", "b", nbytes, timeout=30)
@@ -245,7 +246,7 @@ def test_kernel_rate_limit_slows_a_transfer(docker_backends):
     backend.kill("a")
     backend.start(sink_config(backend, "a", {n: backend.address(n) for n in "abc"}))
     assert wait_for(lambda: tcp_reachable(backend.ips["a"], 9000))
-    assert "tbf" in backend.qdisc_show("a")
+    assert "tbf" in backend.netns.qdisc_show("a")
     limited = _send(backend, "a", "c", nbytes, timeout=30)
     assert limited is not None and 0.7 < limited[1] < 3.0, limited
 
@@ -266,7 +267,8 @@ def test_kernel_delay_reaches_the_frames_between_containers(docker_backends):
     assert all(s is not None and 0.06 <= s[1] < 0.2 for s in slow), slow
     assert fast is not None and fast[1] < 0.03, fast
     backend.destroy()
-    facts = backend.host_network_facts()
+    type(backend).cleanup(backend.testbed, backend.store)
+    facts = backend.netns.host_network_facts()
     assert facts["neighbour_table_overflows"] == 0 and backend.shaping_warnings() == []
     if caps.path == "delayline+htb":
         assert facts["delay_line"]["shaped"] >= 6 and not facts["delay_line"]["running"]

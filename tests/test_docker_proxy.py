@@ -24,7 +24,7 @@ from orchestrator.shaping.proxy import (
     shape_foreign,
 )
 from orchestrator.backends.docker.backend import LISTEN_PORT
-from orchestrator.dockerapi.client import LABEL_TESTBED
+from orchestrator.dockerapi.names import LABEL_TESTBED
 from tests.docker_fixtures import (  # noqa: F401 - fixtures
     docker_backends,
     needs_docker,

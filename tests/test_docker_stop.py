@@ -1,4 +1,4 @@
-"""stop_all (orchestrator/backends/docker/stop.py) against a fake engine: every
+"""stop_all (orchestrator/backends/docker/teardown.py) against a fake engine: every
 container gets SIGTERM before any wait, one grace period covers all of them,
 SIGKILL only for those still running after it, paused ones are unpaused
 first, and what cannot be stopped is named; with root, a container's init
@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from orchestrator.backends.docker import stop as docker_stop
-from orchestrator.backends.docker.stop import only_child, stop_all
+from orchestrator.backends.docker import teardown as docker_teardown
+from orchestrator.backends.docker.teardown import only_child, stop_all
 from orchestrator.errors import TeardownIncomplete
 
 FLT = {"label": "gossip-testbed.testbed=t"}
@@ -223,11 +223,11 @@ def test_exit_watch_tells_which_processes_are_gone_by_a_deadline(monkeypatch, pi
     exit (a pidfd each, or /proc where there is none), a stubborn one is
     still waited for at the deadline, and is let go once it dies."""
     if not pidfd:
-        monkeypatch.setattr(docker_stop.os, "pidfd_open", lambda pid: (_ for _ in ()).throw(OSError("no pidfd")))
+        monkeypatch.setattr(docker_teardown.os, "pidfd_open", lambda pid: (_ for _ in ()).throw(OSError("no pidfd")))
     quick = {str(i): subprocess.Popen(["sleep", str(0.1 * i)]) for i in range(1, 4)}
     stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 30"])
     try:
-        with docker_stop._ExitWatch({k: p.pid for k, p in quick.items()} | {"s": stubborn.pid}) as watch:
+        with docker_teardown._ExitWatch({k: p.pid for k, p in quick.items()} | {"s": stubborn.pid}) as watch:
             assert not watch.wait(time.monotonic() + 1.5, time.monotonic, time.sleep)
             assert list(watch.waiting) == ["s"]
             stubborn.kill()
@@ -262,7 +262,7 @@ class EventsApi:
 
 def test_deaths_waits_for_each_containers_die_event_on_one_stream():
     api = EventsApi(feed=[{"id": "c1"}, {"id": "other"}, {"id": "c0"}])
-    with docker_stop._Deaths(FakeClient(api), FLT, True) as deaths:
+    with docker_teardown._Deaths(FakeClient(api), FLT, True) as deaths:
         t0 = time.monotonic()
         deaths.wait({"c0", "c1"}, t0 + 5.0, time.monotonic)
         assert time.monotonic() - t0 < 1
@@ -275,12 +275,12 @@ def test_deaths_gives_up_at_the_deadline_or_without_a_stream():
         time.sleep(30)
 
     api = EventsApi(feed=forever())
-    with docker_stop._Deaths(FakeClient(api), FLT, True) as deaths:
+    with docker_teardown._Deaths(FakeClient(api), FLT, True) as deaths:
         t0 = time.monotonic()
         deaths.wait({"c0", "c1"}, t0 + 0.3, time.monotonic)  # c1 never dies
         assert 0.25 <= time.monotonic() - t0 < 5
     for api in (EventsApi(fail=True), EventsApi(feed=[])):
-        with docker_stop._Deaths(FakeClient(api), FLT, True) as deaths:
+        with docker_teardown._Deaths(FakeClient(api), FLT, True) as deaths:
             t0 = time.monotonic()
             deaths.wait({"c0"}, t0 + 10.0, time.monotonic)
             assert time.monotonic() - t0 < 1  # the listing decides at once
@@ -316,8 +316,8 @@ def test_a_daemon_that_lost_the_exits_ends_the_stop_with_what_to_do(monkeypatch)
     stop ends in TeardownIncomplete naming the daemon's deadlock and the fix,
     without a kill through Docker and without waiting on its silence."""
     inits = {f"c{i}": subprocess.Popen(["sleep", "30"]) for i in range(3)}
-    monkeypatch.setattr(docker_stop, "_inits", lambda ids: {cid: inits[cid].pid for cid in ids})
-    monkeypatch.setattr(docker_stop, "PROBE_S", 0.5)
+    monkeypatch.setattr(docker_teardown, "_inits", lambda ids: {cid: inits[cid].pid for cid in ids})
+    monkeypatch.setattr(docker_teardown, "PROBE_S", 0.5)
     api = StuckApi(sorted(inits))
     t0 = time.monotonic()
     try:

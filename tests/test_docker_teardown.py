@@ -117,6 +117,38 @@ def test_a_signalled_run_tears_down_before_it_exits(tmp_path, sig, code, node_im
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "finished"
 
 
+def test_down_ends_and_removes_the_testbed_once(tmp_path, monkeypatch, node_image):
+    """`testbed down NAME` through the real code path: the host's network is
+    ended once and the converging removal (listing, then removing, every
+    labelled object) runs once; it ran three times (the backend's destroy,
+    the controller, then `down`'s own cleanup)."""
+    from orchestrator.backends.docker import teardown as docker_teardown
+    from orchestrator.backends.docker.netns import Netns
+    from tests.cli_helpers import run_cli
+
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
+    calls: list[str] = []
+    real_teardown, real_end = docker_teardown.teardown, Netns.end_host_network
+
+    def teardown(*args, **kwargs):
+        calls.append("teardown")
+        return real_teardown(*args, **kwargs)
+
+    def end_host_network(self):
+        calls.append("end_host_network")
+        real_end(self)
+
+    monkeypatch.setattr(docker_teardown, "teardown", teardown)
+    monkeypatch.setattr(Netns, "end_host_network", end_host_network)
+    name = f"once-{os.getpid()}"
+    assert run_cli("up", str(experiment(tmp_path, "once", 4)), "--backend", "docker", "--name", name,
+                   "--out", str(tmp_path / "run")) == 0
+    assert calls == []
+    assert run_cli("down", name) == 0
+    assert calls == ["end_host_network", "teardown"]
+    assert_nothing_left(tmp_path / "state", set())
+
+
 def test_down_keeps_the_record_and_names_the_command_when_something_stays(tmp_path, monkeypatch, capsys):
     from orchestrator.backends.docker.backend import DockerBackend
     from orchestrator.errors import TeardownIncomplete

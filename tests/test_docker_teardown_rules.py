@@ -11,16 +11,9 @@ import time
 import docker.errors
 import pytest
 
-from orchestrator.backends.docker.teardown import (
-    DAEMON_RESTART,
-    NETWORK_BACKOFF_S,
-    PARALLEL,
-    SETTLE_S,
-    Scope,
-    bounded,
-    teardown,
-)
-from orchestrator.dockerapi.client import LABEL, LABEL_STATE, LABEL_TESTBED
+from orchestrator.backends.docker.teardown import NETWORK_BACKOFF_S, SETTLE_S, teardown
+from orchestrator.dockerapi.names import LABEL, LABEL_STATE, LABEL_TESTBED, PARALLEL
+from orchestrator.dockerapi.teardown import DAEMON_RESTART, Scope
 from orchestrator.errors import TeardownIncomplete
 
 STATE = "/state/a"
@@ -253,21 +246,6 @@ def test_scope_admits_only_its_testbed_and_state_directory():
     assert "gtb-old" not in {n.name for n in engine.networks_by_id.values()}
     run(engine, Scope(None, None))  # `testbed gc`: any state directory, still only ours
     assert [n.name for n in engine.networks_by_id.values()] == ["unlabelled"]
-
-
-def test_bounded_cancels_what_has_not_started_when_one_call_fails():
-    started: list[int] = []
-
-    def work(i: int) -> int:
-        started.append(i)
-        if i == 0:
-            raise KeyboardInterrupt
-        time.sleep(0.05)
-        return i
-
-    with pytest.raises(KeyboardInterrupt):
-        bounded(work, list(range(100)), workers=2)
-    assert len(started) < 10
 
 
 def test_node_directory_config_and_a_trace_path_outside_the_run_directory(tmp_path):

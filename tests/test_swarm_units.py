@@ -16,8 +16,8 @@ import docker.errors
 import pytest
 
 from node.config import LinkShape
-from orchestrator.backends.docker.teardown import Scope
-from orchestrator.dockerapi.client import LABEL_STATE, LABEL_TESTBED
+from orchestrator.dockerapi.names import LABEL_STATE, LABEL_TESTBED
+from orchestrator.dockerapi.teardown import Scope
 from orchestrator.errors import BackendUnavailable
 from orchestrator.backends.swarm.collect import _extract
 from orchestrator.backends.swarm.engines import engine_urls

@@ -10,16 +10,16 @@ what it can do in `capabilities`; the controller never asks for its name.
 Order of calls for one testbed: `set_resources` per node, `prepare` (network,
 addresses) -> `shaping_capabilities` -> `start_many` (each NodeConfig already
 carries the user-space part of the shaping) -> `apply_kernel_shaping` ->
-churn verbs -> `collect_traces` -> `destroy`. The controller reaches a node
-through `control_client(node)`. `cleanup` is a class method: it must find and
-remove everything a testbed of that name created, from labels or the state
-store, even when the process that created it was killed.
+churn verbs -> `collect_traces` -> `destroy` -> `cleanup`, each teardown step
+once. The controller reaches a node through `control_client(node)`. `cleanup`
+is a class method: it must find and remove everything a testbed of that name
+created, from labels or the state store, even when the process that created it
+was killed.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +29,7 @@ from node.config import LinkShape, NodeConfig
 from node.runtime.client import ControlClient
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.experiment.lifecycle import NEEDS_CAPABILITY, Verb
+from orchestrator.fanout import errors_by_item
 from orchestrator.progress import Reporter
 from orchestrator.records.state import StateStore
 from orchestrator.shaping.split import ShapingCapabilities
@@ -141,16 +142,11 @@ class Backend(ABC):
         """`stop` every node that runs, a few at a time; returns why, for each
         node that could not be stopped. A backend that can signal them all at
         once overrides this."""
-        def one(node: str) -> str | None:
-            try:
-                if self.is_running(node):
-                    self.stop(node)
-            except Exception as exc:  # noqa: BLE001 - reported, the others go on
-                return str(exc)
-            return None
+        def one(node: str) -> None:
+            if self.is_running(node):
+                self.stop(node)
 
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            return {n: why for n, why in zip(nodes, pool.map(one, nodes), strict=True) if why is not None}
+        return {n: str(exc) for n, exc in errors_by_item(one, list(nodes), 16).items()}
 
     @abstractmethod
     def kill(self, node: str) -> None:
@@ -188,7 +184,9 @@ class Backend(ABC):
 
     @abstractmethod
     def destroy(self) -> None:
-        """Remove everything this testbed created; traces stay."""
+        """End what this object runs or holds (its routers, its connections)
+        and bring home what is left to collect; traces stay. Removing what the
+        testbed created is `cleanup`'s, which the controller calls next."""
 
     #: where `cpu_seconds` reads its figures, for router-cpu.json
     cpu_source = ""

@@ -1,2 +1,2 @@
 """Talking to a Docker engine, for the docker and swarm backends and the image builds: the client,
-the labels every object carries, and the cache directory."""
+what their objects are named and labelled (names), and the vocabulary of their teardown (teardown)."""

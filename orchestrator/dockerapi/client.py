@@ -1,9 +1,7 @@
-"""Small helpers shared by the Docker image build and the Docker backend: one
-place that connects to the daemon and turns "no daemon" into one clear
-BackendUnavailable, the label names, and the cache directory.
-
-Labels follow containerlab's habit: everything the testbed creates carries
-them, and nothing without them is ever removed.
+"""Small helpers shared by the Docker image build and the docker and swarm
+backends: one place that connects to the daemon and turns "no daemon" into
+one clear BackendUnavailable, the cgroup figures, and the cache directory.
+The label names are orchestrator/dockerapi/names.py's.
 """
 
 from __future__ import annotations
@@ -14,15 +12,6 @@ from typing import Any
 
 from orchestrator.errors import BackendUnavailable
 
-LABEL = "gossip-testbed"  # "1" on images, the base image and every object below
-LABEL_TESTBED = "gossip-testbed.testbed"
-LABEL_RUN = "gossip-testbed.run"
-LABEL_NODE = "gossip-testbed.node"
-LABEL_IP = "gossip-testbed.ip"  # a node's address: a container on an own bridge has no endpoint to say it
-# The state directory (orchestrator.records.state) of the CLI that made an object:
-# `testbed down --all` removes only its own state dir's objects, so a test
-# suite with its own TESTBED_STATE_DIR never touches a real testbed.
-LABEL_STATE = "gossip-testbed.state"
 
 def cache_dir() -> Path:
     """$TESTBED_CACHE_DIR, else $XDG_CACHE_HOME/gossip-testbed, else

@@ -21,7 +21,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from orchestrator.dockerapi.client import LABEL, cache_dir, docker_client
+from orchestrator.dockerapi.client import cache_dir, docker_client
+from orchestrator.dockerapi.names import LABEL
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.progress import Reporter
 

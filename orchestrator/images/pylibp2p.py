@@ -27,7 +27,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from orchestrator.dockerapi.client import LABEL, cache_dir
+from orchestrator.dockerapi.client import cache_dir
+from orchestrator.dockerapi.names import LABEL
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.images.router import PYTHON_VERSION, build_lock, pip_platforms
 from orchestrator.images.base import build_context, image_or_none, prune_older, resolve_base

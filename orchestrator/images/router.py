@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.dockerapi.client import LABEL, cache_dir, docker_client
+from orchestrator.dockerapi.client import cache_dir, docker_client
+from orchestrator.dockerapi.names import LABEL
 from orchestrator.errors import InputError, TestbedError
 from orchestrator.images.base import SLIM, build_context, image_or_none, local_base, prune_older, resolve_base
 from orchestrator.progress import Reporter

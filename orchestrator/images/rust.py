@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from node.atomic import write_atomic
-from orchestrator.dockerapi.client import LABEL, cache_dir
+from orchestrator.dockerapi.client import cache_dir
+from orchestrator.dockerapi.names import LABEL
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.images.base import build_context, image_or_none, prune_older, resolve_base
 from orchestrator.progress import Reporter

@@ -380,7 +380,7 @@ class Controller:
                     self.backend.collect_traces()
                 finally:
                     self.backend.destroy()
-                lines = type(self.backend).cleanup(self.testbed, self.store)
+                    lines = type(self.backend).cleanup(self.testbed, self.store)
             except TeardownIncomplete as exc:  # the run directory is finished all the same
                 incomplete, lines = exc, exc.removed
                 self._warn(str(exc))

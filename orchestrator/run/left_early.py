@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from orchestrator.backends.api import Backend
 from orchestrator.experiment.lifecycle import Process
+from orchestrator.fanout import fan_out
 from orchestrator.run.nodestate import NodeState
 
 PARALLEL = 16  # concurrent is_running questions, as Backend.stop_many asks them
@@ -29,8 +29,7 @@ PARALLEL = 16  # concurrent is_running questions, as Backend.stop_many asks them
 def gone(nodes: Mapping[str, NodeState], backend: Backend) -> list[str]:
     """The nodes meant to run whose process is not running."""
     meant = [n for n, st in nodes.items() if st.life.process is not Process.STOPPED]
-    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        running = dict(zip(meant, pool.map(backend.is_running, meant)))
+    running = dict(zip(meant, fan_out(backend.is_running, meant, PARALLEL)))
     return sorted(n for n in meant if not running[n])
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from node.trace.vocab import RunEvent
 from orchestrator.backends.api import Backend
 from orchestrator.errors import TestbedError
+from orchestrator.fanout import fan_out
 from orchestrator.routers.kinds import kind_of
 from orchestrator.run.nodestate import NodeState
 from orchestrator.progress import Reporter
@@ -46,10 +46,7 @@ class Readiness:
 
     def statuses(self, names: Sequence[str]) -> dict[str, dict[str, Any] | None]:
         """`status` of every node in `names`, asked concurrently."""
-        if len(names) <= 1:
-            return {name: self.status(name) for name in names}
-        with ThreadPoolExecutor(min(POLL_WORKERS, len(names))) as pool:
-            return dict(zip(names, pool.map(self.status, names)))
+        return dict(zip(names, fan_out(self.status, names, POLL_WORKERS)))
 
     def observed(self, name: str) -> dict[str, Any] | None:
         """A bare image's status as its peers see it (it has no control

@@ -40,14 +40,14 @@ def down_testbed(testbed: str, store: StateStore | None = None, reporter: Report
     elif record is not None and not record.get("corrupt"):
         try:
             ctl = Controller.attach(testbed, store, reporter)
-            lines += ctl.down()
+            return ctl.down()  # it ran the one cleanup: all is gone, or TeardownIncomplete named what is not
         except TeardownIncomplete:
             raise  # already tried everything; the record stays
         except TestbedError as exc:
             lines.append(f"{testbed}: graceful stop failed ({exc}); cleaning up")
     backend_names = [record.get("backend")] if record and record.get("backend") in BACKENDS else list(BACKENDS)
-    for name in backend_names:  # a line the graceful `down` already reported is not repeated
-        lines += [line for line in _cleanup_with(name, testbed, store) if line not in lines]
+    for name in backend_names:
+        lines += _cleanup_with(name, testbed, store)
     store.remove(testbed)
     return lines
 

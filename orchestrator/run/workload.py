@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from node.runtime.client import ControlError
@@ -24,6 +23,7 @@ from node.trace.vocab import RunEvent
 from node.wire.rpc import workload_data
 from orchestrator.backends.api import Backend
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
+from orchestrator.fanout import fan_out
 from orchestrator.routers.kinds import kind_of
 from orchestrator.run.nodestate import NodeState
 from orchestrator.progress import Reporter
@@ -125,9 +125,8 @@ def ask_each(nodes: Mapping[str, NodeState], backend: Backend, cmd: str, timeout
     """`cmd` to every reachable node with a control endpoint (a bare image
     has none), `workers` at a time: each node's answer, None for no answer."""
     names = [n for n, st in nodes.items() if st.reachable and not kind_of(st.router).scripted]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return dict(zip(names, pool.map(
-            lambda n: backend.control_client(n).try_call(cmd, timeout=timeout, **args), names), strict=True))
+    return dict(zip(names, fan_out(
+        lambda n: backend.control_client(n).try_call(cmd, timeout=timeout, **args), names, workers), strict=True))
 
 
 def counters(nodes: Mapping[str, NodeState], backend: Backend) -> dict[str, tuple[int, ...] | None]:

@@ -44,7 +44,7 @@ from typing import Any
 from node.config import LinkShape, NodeConfig
 from node.shaping.stream import MAX_RETRANSMITS, RTO_MIN_S
 from node.shaping.proxy import ProxyConfig
-from orchestrator.dockerapi.client import LABEL_NODE
+from orchestrator.dockerapi.names import LABEL_NODE
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.shaping.split import ShapingCapabilities, user_shape

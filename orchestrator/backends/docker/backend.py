@@ -33,35 +33,32 @@ Decisions (docs/docker.md says the same for users):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from node.config import NodeConfig
+from node.config import LinkShape, NodeConfig
 from orchestrator.backends.docker import collect
 from orchestrator.backends.docker import nodedir
 from orchestrator.backends.docker import teardown as docker_teardown
 from orchestrator.backends.docker import wiring as docker_wiring
 from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress
 from orchestrator.shaping.split import ShapingCapabilities
-from orchestrator.backends.docker.netns import NetnsMixin
+from orchestrator.backends.docker.netns import Containers, Netns
 from orchestrator.shaping.proxy import config_proxy_shapes, proxy_needed, shape_foreign
-from orchestrator.backends.docker.stop import stop_all
-from orchestrator.backends.docker.teardown import Scope, bounded, find, summary
+from orchestrator.backends.docker.teardown import find, stop_all
+from orchestrator.dockerapi import names
 from orchestrator.dockerapi.client import (
-    LABEL,
-    LABEL_IP,
-    LABEL_NODE,
-    LABEL_RUN,
-    LABEL_STATE,
-    LABEL_TESTBED,
     current_state_dir,
     docker_available,
     docker_client,
     kill_container,
     start_or_explain,
 )
+from orchestrator.dockerapi.names import LABEL_IP, LABEL_NODE, LABEL_TESTBED
+from orchestrator.dockerapi.teardown import Scope, summary
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
+from orchestrator.fanout import fan_out
 from orchestrator.routers.kinds import kind_of
 from orchestrator.routers.foreign_nodes import PARAMS
 from orchestrator.images.base import image_or_none
@@ -74,10 +71,8 @@ __all__ = ["DockerBackend", "NodeResources", "docker_available"]
 LISTEN_PORT = 9000  # the gossipsub-interop contract's port, for every container
 CONTROL_PORT = 4002
 STOP_TIMEOUT_S = 10
-DEFAULT_MEMORY = "256m"
 NODE_LOG_SIZE = "1m"  # our routers log to /node/node.log; the container log is a fallback
 FOREIGN_LOG_SIZE = "512m"  # a foreign node's container log is its stdout: every received copy
-PARALLEL = 8  # concurrent Docker API calls in the *_many helpers and cleanup
 
 
 @dataclass(frozen=True)
@@ -89,20 +84,7 @@ class NodeResources:
     cpus: float | None = None
 
 
-def _safe(name: str) -> str:
-    """Docker object names: [a-zA-Z0-9][a-zA-Z0-9_.-]*."""
-    return re.sub(r"[^a-zA-Z0-9_.-]", "_", name)
-
-
-def network_name(testbed: str) -> str:
-    return f"gtb-{_safe(testbed)}"
-
-
-def container_name(testbed: str, node: str) -> str:
-    return f"gtb-{_safe(testbed)}-{_safe(node)}"
-
-
-class DockerBackend(NetnsMixin, Backend):
+class DockerBackend(Backend):
     name = "docker"
     capabilities = Capabilities(kernel_shaping=True, netem=True, partitions=True, pause=True, images=True,
                                 foreign_proxy=True)
@@ -126,16 +108,15 @@ class DockerBackend(NetnsMixin, Backend):
             "/bin/sh", "-c", 'exec python3 -m node --config "$0" >>"$1" 2>&1']
         self.network_kind = docker_wiring.chosen(opts.get("network"))  # what `prepare` makes
         resources = opts.get("resources") or {}
-        default_resources = opts.get("default_resources") or NodeResources(memory=DEFAULT_MEMORY)
+        default_resources = opts.get("default_resources") or NodeResources(memory=names.DEFAULT_MEMORY)
         self.resources: dict[str, NodeResources] = dict(resources)
         self.default_resources = default_resources
         self._client = docker_client()
         self.wiring: docker_wiring.Wiring | None = None
         self.ips: dict[str, str] = {}
-        self._partitions: dict[str, set[str]] = {}
-        self._caps: ShapingCapabilities | None = None
-        self._tc_applied: set[str] = set()
-        self.commands_run: list[str] = []
+        self.netns = Netns(testbed, self.run_dir, self.state_scope, self.store, self.reporter, self.ips, Containers(
+            attach=self._attach, get=self._container, get_or_none=self._container_or_none, wiring=self._wiring,
+            gateway=lambda: self.gateway, control=self._control))
         self.user = nodedir.node_user()
         self._shared: dict[str, dict[str, str]] | None = None  # binds of the image's unpacked code, libraries
         self._collected = False  # collect_traces ran: destroy need not inspect every container again
@@ -149,7 +130,7 @@ class DockerBackend(NetnsMixin, Backend):
 
     @property
     def network_name(self) -> str:
-        return network_name(self.testbed)
+        return names.network_name(self.testbed)
 
     @property
     def subnet(self) -> str | None:
@@ -161,11 +142,7 @@ class DockerBackend(NetnsMixin, Backend):
         return self.wiring.gateway if self.wiring else None
 
     def labels(self, node: str | None = None) -> dict[str, str]:
-        labels = {LABEL: "1", LABEL_TESTBED: self.testbed, LABEL_RUN: self.run_id,
-                  LABEL_STATE: self.state_scope}
-        if node is not None:
-            labels[LABEL_NODE] = node
-        return labels
+        return names.labels(self.testbed, self.run_id, self.state_scope, node)
 
     def prepare(self, nodes: Sequence[str]) -> dict[str, NodeAddress]:
         leftovers = find(self._client, Scope(self.testbed, None)).resources()
@@ -185,7 +162,7 @@ class DockerBackend(NetnsMixin, Backend):
         self.wiring = docker_wiring.create(self.network_kind, self._client, self.network_name, len(nodes),
                                            self.testbed, tag_of(self.testbed, self.state_scope), self.labels())
         self.reporter.note(self.wiring.describe())
-        self.prepare_host_network(len(nodes))
+        self.netns.prepare_host_network(len(nodes))
         nodedir.write_hosts(self.run_dir, {f"node{index}": self._allocate(node) for index, node in enumerate(nodes)})
         for sub in ("configs", "traces", "node-logs"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -226,12 +203,7 @@ class DockerBackend(NetnsMixin, Backend):
                 wiring.join(node, container, self.ips[node])
         start_or_explain(node, container)
         wiring.started(node, container, self.ips[node])
-        # A (re)started node has a fresh network namespace: no partition rules
-        # (the controller treats a restarted node as not isolated), and its
-        # kernel shaping is applied again.
-        self._partitions.pop(node, None)
-        self._tc_applied.discard(node)
-        self._apply_tc(node)
+        self.netns.restarted(node)
         if kind_of(config.router).foreign and proxy_needed(self.shaping_capabilities()):
             self.proxies[node] = shape_foreign(
                 self._client, container, node, config_proxy_shapes(config, self.ips), image=self.image,
@@ -241,7 +213,7 @@ class DockerBackend(NetnsMixin, Backend):
 
     def start_many(self, configs: Iterable[NodeConfig]) -> None:
         """`start` for many nodes, a few Docker calls at a time."""
-        bounded(self.start, list(configs), PARALLEL)
+        fan_out(self.start, list(configs), names.PARALLEL)
 
     def _launch(self, config: NodeConfig) -> tuple[str, list[str] | None, list[str], str]:
         """(image, entrypoint (None: the image's own), command, log size) of a node."""
@@ -286,7 +258,7 @@ class DockerBackend(NetnsMixin, Backend):
             place.network_mode: api.create_endpoint_config(**place.endpoint)}) if place.endpoint else None
         created = api.create_container(
             image,
-            name=container_name(self.testbed, node),
+            name=names.node_object_name(self.testbed, node),
             entrypoint=entrypoint,
             command=command,
             labels={**self.labels(node), LABEL_IP: self.ips[node]},
@@ -311,7 +283,7 @@ class DockerBackend(NetnsMixin, Backend):
         import docker.errors  # noqa: PLC0415
 
         try:
-            container = self._client.containers.get(container_name(self.testbed, node))
+            container = self._client.containers.get(names.node_object_name(self.testbed, node))
         except docker.errors.NotFound:
             return None
         if container.labels.get(LABEL_TESTBED) != self.testbed:
@@ -329,7 +301,7 @@ class DockerBackend(NetnsMixin, Backend):
 
     def stop_many(self, nodes: Sequence[str]) -> dict[str, str]:
         """SIGTERM to all of them at once, one grace for all, endpoints
-        released one at a time (orchestrator/backends/docker/stop.py)."""
+        released one at a time (orchestrator/backends/docker/teardown.py)."""
         flt = {"label": f"{LABEL_TESTBED}={self.testbed}"}
         wanted = set(nodes)
         ids = {(c.get("Labels") or {}).get(LABEL_NODE): c["Id"] for c in self._client.api.containers(filters=flt)}
@@ -339,6 +311,21 @@ class DockerBackend(NetnsMixin, Backend):
 
     def kill(self, node: str) -> None:
         kill_container(self._container(node))
+
+    def disconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
+        self.netns.disconnect(node, peers)
+
+    def reconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
+        self.netns.reconnect(node, peers)
+
+    def shaping_capabilities(self) -> ShapingCapabilities:
+        return self.netns.shaping_capabilities()
+
+    def apply_kernel_shaping(self, node: str, per_peer: Mapping[str, LinkShape], uplink_bps: int | None) -> list[str]:
+        return self.netns.apply_kernel_shaping(node, per_peer, uplink_bps)
+
+    def shaping_warnings(self) -> list[str]:
+        return self.netns.shaping_warnings()
 
     def pause(self, node: str) -> None:
         self._container(node).pause()
@@ -398,8 +385,9 @@ class DockerBackend(NetnsMixin, Backend):
 
     def manifest_facts(self) -> dict[str, Any]:
         """Each foreign node's shaping proxy (docker_proxy.ProxyInfo), the host's network facts
-        (docker_netns), and the host directories the router image's code and libraries are mounted from."""
-        facts: dict[str, Any] = ({"shaping_proxies": self.proxies} if self.proxies else {}) | self.host_network_facts()
+        (Netns), and the host directories the router image's code and libraries are mounted from."""
+        facts: dict[str, Any] = {"shaping_proxies": self.proxies} if self.proxies else {}
+        facts |= self.netns.host_network_facts()
         if self.wiring:
             facts["network"] = {"kind": self.wiring.kind, "bridge": self.wiring.bridge,
                                 "subnet": str(self.wiring.subnet)}
@@ -428,14 +416,15 @@ class DockerBackend(NetnsMixin, Backend):
         return collect.cpu_seconds(self._client.api, self.testbed)
 
     def destroy(self) -> None:
-        self.end_host_network()  # never raises: a failure is a warning, and cleanup retries
+        """End the host's part (the delay line, keeping its figures), bring
+        home what collect_traces did not, and let go of the daemon; `cleanup`,
+        called next, removes the containers, the network and the host's side."""
+        self.netns.end_host_network()  # never raises: a failure is a warning, and cleanup retries
         try:
             if not self._collected:
                 self.collect_traces()
         except Exception:  # noqa: BLE001 - destroy must go on
             pass
-        try:
-            self.cleanup(self.testbed, self.store)
         finally:  # self.wiring stays: the final manifest names the network the run had
             self._client.close()
 

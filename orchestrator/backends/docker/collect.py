@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends.docker import nodedir
-from orchestrator.backends.docker.teardown import bounded
-from orchestrator.dockerapi.client import LABEL_NODE, LABEL_TESTBED, cgroup_cpu_seconds, cgroup_memory
+from orchestrator.dockerapi.client import cgroup_cpu_seconds, cgroup_memory
+from orchestrator.dockerapi.names import LABEL_NODE, LABEL_TESTBED, PARALLEL
+from orchestrator.fanout import fan_out
 from orchestrator.routers.foreign_nodes import PARAMS, STDOUT
 
 CPU_SOURCE = "cgroup cpuacct of each container"
-PARALLEL = 8  # concurrent inspections
 STATE_KEYS = ("Status", "ExitCode", "OOMKilled", "StartedAt", "FinishedAt", "Error")
 
 
@@ -44,7 +44,7 @@ def record_containers(api: Any, testbed: str, run_dir: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({k: state.get(k) for k in STATE_KEYS}, indent=1) + "\n")
 
-    bounded(record, _listed(api, testbed, every=True), PARALLEL)
+    fan_out(record, _listed(api, testbed, every=True), PARALLEL)
 
 
 def memory_usage(client: Any, testbed: str) -> dict[str, int]:

@@ -16,9 +16,9 @@ partial partitions.
   namespace (also through nsenter), kept separate from tc so shaping and
   partitions never disturb each other.
 
-`NetnsMixin` is the part of DockerBackend that does this; it uses the
-backend's containers, addresses and network (`_container`, `ips`,
-`gateway`, `_attach`, `_attached`, `_wiring`, `_control`).
+`Netns` does this for one DockerBackend, which makes it and calls it; it
+reaches the backend's containers, addresses and network only through what
+its constructor is given (`Containers`, the backend's `ips`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import shlex
 import shutil
 import subprocess
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from orchestrator.host import iptables
 from orchestrator.host import neighbours
 from orchestrator.shaping import tc
 from orchestrator.shaping.split import ShapingCapabilities
+from orchestrator.backends.docker.wiring import Wiring
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.progress import Reporter
 from orchestrator.records.state import StateStore
@@ -48,34 +50,56 @@ DEFAULT_PEER = "*"  # per_peer key for every destination not listed
 DELAY_LINE_PATH = "delayline+htb"  # delay/jitter/loss by orchestrator/shaping/delayline.py, rate by htb in the netns
 
 
-class NetnsMixin:
-    run_dir: Path
-    ips: dict[str, str]
-    commands_run: list[str]
-    gateway: str | None
-    _partitions: dict[str, set[str]]
-    _caps: ShapingCapabilities | None
-    # nodes whose current namespace holds a qdisc this object put there; a
-    # (re)started node has a fresh namespace and leaves the set
-    _tc_applied: set[str]
-    _delay: delayline.DelayLine | None = None  # this testbed's, once shaping needed it
-    _delay_end: tuple[dict[str, Any] | None, bool] | None = None  # its final statistics, whether it still ran
-    _overflows_at_start: int | None = None  # the host's neighbour table refusals before the run
-    _overflows: int | None = None  # ... and during it
-    _host_network_error: str | None = None  # why end_host_network could not tell
-    reporter: Reporter
-    store: StateStore
-    testbed: str
-    state_scope: str
+@dataclass(frozen=True)
+class Containers:
+    """What Netns asks of the backend about the testbed's containers."""
+
+    attach: Callable[[], None]  # recover the network and addresses from the host (a later CLI process)
+    get: Callable[[str], Any]  # a node's container; TestbedError when it has none
+    get_or_none: Callable[[str], Any]
+    wiring: Callable[[], Wiring]  # the testbed's network; TestbedError when it has none
+    gateway: Callable[[], str | None]  # the host's address on it, None before there is one
+    control: Callable[..., dict[str, Any]]  # (node, cmd, **args): a call to the node's control endpoint
+
+
+class Netns:
+    """Shaping, partial partitions and the host's network for one Docker testbed."""
+
+    def __init__(self, testbed: str, run_dir: Path, state_scope: str, store: StateStore, reporter: Reporter,
+                 ips: dict[str, str], containers: Containers) -> None:
+        """`ips` is the backend's node -> address map, read as it fills."""
+        self.testbed, self.run_dir, self.state_scope = testbed, run_dir, state_scope
+        self.store, self.reporter = store, reporter
+        self.ips = ips
+        self.containers = containers
+        self.commands_run: list[str] = []
+        self._partitions: dict[str, set[str]] = {}
+        self._caps: ShapingCapabilities | None = None
+        # nodes whose current namespace holds a qdisc this object put there; a
+        # (re)started node has a fresh namespace and leaves the set
+        self._tc_applied: set[str] = set()
+        self._delay: delayline.DelayLine | None = None  # this testbed's, once shaping needed it
+        self._delay_end: tuple[dict[str, Any] | None, bool] | None = None  # its final statistics, whether it still ran
+        self._overflows_at_start: int | None = None  # the host's neighbour table refusals before the run
+        self._overflows: int | None = None  # ... and during it
+        self._host_network_error: str | None = None  # why end_host_network could not tell
+
+    def restarted(self, node: str) -> None:
+        """A (re)started node has a fresh network namespace: no partition
+        rules (the controller treats a restarted node as not isolated), and
+        its kernel shaping is applied again."""
+        self._partitions.pop(node, None)
+        self._tc_applied.discard(node)
+        self._apply_tc(node)
 
     def disconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
         """None/empty: leave the testbed's network (every connection dies, as
         a cable pulled); peers: drop packets to and from them (iptables in the
         node's namespace, or the node's own `isolate` without root)."""
-        self._attach()
-        container = self._container(node)
+        self.containers.attach()
+        container = self.containers.get(node)
         if not peers:
-            self._wiring().cut(node, container)
+            self.containers.wiring().cut(node, container)
             return
         cut = set(peers) - self._partitions.get(node, set())
         self._partitions.setdefault(node, set()).update(cut)
@@ -84,14 +108,14 @@ class NetnsMixin:
         if self._can_nsenter():
             self._nsenter(node, tc.partition_commands([self.ips[p] for p in sorted(cut)], add=True))
         else:
-            self._control(node, "isolate", peers=sorted(cut))
+            self.containers.control(node, "isolate", peers=sorted(cut))
 
     def reconnect(self, node: str, peers: Sequence[str] | None = None) -> None:
-        self._attach()
-        container = self._container(node)
+        self.containers.attach()
+        container = self.containers.get(node)
         if not peers:
-            if not self._attached(node, container):
-                self._wiring().join(node, container, self.ips[node])
+            if not self.containers.wiring().attached(node, container):
+                self.containers.wiring().join(node, container, self.ips[node])
                 self._tc_applied.discard(node)  # a new veth, with no qdisc on it
                 self._apply_tc(node)  # shape it again
             healed = self._partitions.pop(node, set())
@@ -106,7 +130,7 @@ class NetnsMixin:
             self._nsenter(node, tc.partition_commands(
                 [self.ips[p] for p in sorted(healed) if p in self.ips], add=False), check=False)
         else:
-            self._control(node, "rejoin", peers=sorted(healed))
+            self.containers.control(node, "rejoin", peers=sorted(healed))
 
     def shaping_capabilities(self) -> ShapingCapabilities:
         if self._caps is None:
@@ -121,7 +145,7 @@ class NetnsMixin:
         are applied (delay/jitter/loss are in the node's NodeConfig.shaping).
         What was asked is kept in run_dir/configs/<node>.kernel-shaping.json,
         so a restart or reconnect (from any process) applies it again."""
-        self._attach()
+        self.containers.attach()
         path = self.shaping_capabilities().path
         self._shaping_file(node).write_text(json.dumps({
             "per_peer": {p: dataclasses.asdict(s) for p, s in sorted(per_peer.items())},
@@ -137,7 +161,7 @@ class NetnsMixin:
     def _delay_line(self) -> delayline.DelayLine:
         """This testbed's delay line, started on its bridge when it is not running."""
         if self._delay is None:
-            wiring = self._wiring()
+            wiring = self.containers.wiring()
             line = self._testbed_delay_line()
             line.ensure(wiring.bridge, str(wiring.subnet),
                         seed=zlib.crc32(f"{self.testbed}:{self.run_dir.name}".encode()))
@@ -208,8 +232,9 @@ class NetnsMixin:
         if unknown:
             raise TestbedError(f"{node}: kernel shaping names peers with no address: {', '.join(unknown)}")
         per_dest = {self.ips[p]: s for p, s in per_peer.items() if p != DEFAULT_PEER}
+        gateway = self.containers.gateway()
         cmds = tc.egress_commands(
-            per_dest, uplink, default=per_peer.get(DEFAULT_PEER), exempt=[self.gateway] if self.gateway else [],
+            per_dest, uplink, default=per_peer.get(DEFAULT_PEER), exempt=[gateway] if gateway else [],
             netem=caps.path == "netem", dev="eth0",
         )
         if not cmds and node not in self._tc_applied:
@@ -231,16 +256,16 @@ class NetnsMixin:
         return "\n".join(out)
 
     def _pid(self, node: str) -> int:
-        container = self._container(node)
+        container = self.containers.get(node)
         pid = int(container.attrs.get("State", {}).get("Pid") or 0)
         if not pid:
             raise TestbedError(f"node {node} is not running (no network namespace to shape)")
         return pid
 
     def _netns_ready(self, node: str) -> bool:
-        container = self._container_or_none(node)
+        container = self.containers.get_or_none(node)
         return (container is not None and container.status in ("running", "paused")
-                and self._attached(node, container))
+                and self.containers.wiring().attached(node, container))
 
     @staticmethod
     def _can_nsenter() -> bool:

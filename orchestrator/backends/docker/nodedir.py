@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.config import NodeConfig
+from orchestrator.dockerapi.names import MOUNT, NODE_UID
 from orchestrator.errors import InputError
 
-MOUNT = "/node"
-NODE_UID = 65532  # distroless "nonroot"
 CONFIG = "config.json"
 TRACE = "trace.pb"
 LAG = "lag.json"

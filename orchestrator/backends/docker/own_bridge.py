@@ -3,7 +3,7 @@ host gives root.
 
 Why: Docker 20.10 loses endpoint-count decrements when endpoints of one
 network go concurrently, so a Docker network's containers must leave it one
-disconnect at a time (orchestrator/backends/docker/stop.py): 15-45 s of a `down` of
+disconnect at a time (orchestrator/backends/docker/teardown.py): 15-45 s of a `down` of
 250 containers. Containers with Docker's networking disabled (no sandbox,
 not even network mode "none"'s endpoint: orchestrator/backends/docker/wiring.py),
 wired here to a bridge Docker knows nothing of, hold no endpoint: they stop

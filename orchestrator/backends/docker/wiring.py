@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from orchestrator.backends.docker import own_bridge
 from orchestrator.backends.docker.network import candidate_subnets, create_network, subnet_prefix
-from orchestrator.dockerapi.client import LABEL_TESTBED
+from orchestrator.dockerapi.names import LABEL_TESTBED
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
 
 OWN_BRIDGE = "own-bridge"

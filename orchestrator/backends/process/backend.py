@@ -258,7 +258,6 @@ class ProcessBackend(Backend):
         terminate(procs, STOP_GRACE_S)
         for node in list(self.procs):
             self._collect(node)
-        self._kill_strays(self.store, self.testbed)
 
     # Cleanup after anything, even a SIGKILLed CLI
 

@@ -42,18 +42,12 @@ from orchestrator.backends.swarm import task as task_spec
 from orchestrator.shaping import tc
 from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress
 from orchestrator.shaping.split import ShapingCapabilities
-from orchestrator.backends.docker.nodedir import MOUNT, NODE_UID
-from orchestrator.backends.docker.teardown import Scope, bounded
-from orchestrator.dockerapi.client import (
-    LABEL,
-    LABEL_NODE,
-    LABEL_RUN,
-    LABEL_STATE,
-    LABEL_TESTBED,
-    current_state_dir,
-    kill_container,
-)
+from orchestrator.dockerapi import names
+from orchestrator.dockerapi.client import current_state_dir, kill_container
+from orchestrator.dockerapi.names import LABEL_NODE, LABEL_TESTBED, MOUNT, NODE_UID
+from orchestrator.dockerapi.teardown import Scope
 from orchestrator.errors import BackendUnavailable, InputError, TestbedError
+from orchestrator.fanout import fan_out
 from orchestrator.records.state import StateStore
 from orchestrator.backends.swarm.collect import collect_one
 from orchestrator.backends.swarm.engines import Swarm, Task, overlay_subnet
@@ -62,19 +56,9 @@ from orchestrator.backends.swarm.teardown import find, remove
 __all__ = ["SwarmBackend"]
 
 IMAGE_ENV = "TESTBED_SWARM_IMAGE"
-DEFAULT_MEMORY = 256 * 2**20
 STOP_TIMEOUT_S = 10
 TASK_TIMEOUT_S = 120.0  # a task from created to running (image present, loaded box)
-PARALLEL = 8
 START_RETRIES = 2  # a task whose container never started (Task.never_started) is started anew
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9_.-]", "_", name)
-
-
-def service_name(testbed: str, node: str) -> str:
-    return f"gtb-{_safe(testbed)}-{_safe(node)}"
 
 
 class SwarmBackend(Backend):
@@ -104,19 +88,14 @@ class SwarmBackend(Backend):
     # ------------------------------------------------------------ set-up
 
     def labels(self, node: str | None = None) -> dict[str, str]:
-        labels = {LABEL: "1", LABEL_TESTBED: self.testbed, LABEL_RUN: self.run_id, LABEL_STATE: self.state_scope}
-        if node is not None:
-            labels[LABEL_NODE] = node
-        return labels
+        return names.labels(self.testbed, self.run_id, self.state_scope, node)
 
     @property
     def network_name(self) -> str:
-        return f"gtb-{_safe(self.testbed)}"
+        return names.network_name(self.testbed)
 
     def set_resources(self, node: str, memory: str | None = None, cpus: float | None = None) -> None:
-        from docker.utils import parse_bytes  # noqa: PLC0415
-
-        self._resources[node] = (parse_bytes(memory) if memory else None, int(cpus * 1e9) if cpus else None)
+        self._resources[node] = (_bytes(memory) if memory else None, int(cpus * 1e9) if cpus else None)
 
     def set_placement(self, node: str, constraints: Sequence[str]) -> None:
         self._constraints[node] = tuple(constraints)
@@ -235,7 +214,7 @@ class SwarmBackend(Backend):
                 self._deferred[config.name] = config
             else:
                 now.append(config)
-        bounded(self._run, now, PARALLEL)
+        fan_out(self._run, now, names.PARALLEL)
         self._await_running(now)
 
     def _run(self, config: NodeConfig) -> None:
@@ -247,7 +226,7 @@ class SwarmBackend(Backend):
         self._control_clients.pop(node, None)
         seen = dataclasses.replace(config, listen_host="0.0.0.0", control_host="0.0.0.0",
                                    trace_path=f"{MOUNT}/trace.pb", lag_path=f"{MOUNT}/lag.json", scores_path="")
-        name = service_name(self.testbed, node)
+        name = names.node_object_name(self.testbed, node)
         secret = self.swarm.client.secrets.create(
             name=f"{name}-{secrets.token_hex(4)}", data=seen.to_json().encode(), labels=self.labels(node))
         service = self._service_or_none(name)
@@ -259,7 +238,7 @@ class SwarmBackend(Backend):
         spec = task_spec.TaskSpec(
             service=name, node=node, image=self._image(), network_id=self._network_obj().id,
             volume=name, secret_id=secret.id, secret_name=secret.name, labels=self.labels(node),
-            constraints=self._constraints.get(node, ()) + pinned, memory_bytes=memory or DEFAULT_MEMORY,
+            constraints=self._constraints.get(node, ()) + pinned, memory_bytes=memory or _bytes(names.DEFAULT_MEMORY),
             nano_cpus=cpus, shaping=self._plan(node),
         )
         template = task_spec.task_template(spec)
@@ -327,7 +306,7 @@ class SwarmBackend(Backend):
         """The node's newest task that its latest start made (None before
         the swarm lists it)."""
         old = self._superseded.get(node, set())
-        return next((t for t in self.swarm.tasks(service_name(self.testbed, node)) if t.id not in old), None)
+        return next((t for t in self.swarm.tasks(names.node_object_name(self.testbed, node)) if t.id not in old), None)
 
     def control_client(self, node: str) -> ControlClient:
         """The control endpoint at the swarm node that runs the task, on the
@@ -400,9 +379,9 @@ class SwarmBackend(Backend):
         into the run directory; record its task's final state. A node that
         could not be read (lost with its swarm node) is a collection warning."""
         image = self._image()
-        self._problems = [p for p in bounded(lambda node: collect_one(
-            self.swarm, service_name(self.testbed, node), node, self.run_dir, image, self.labels(node)),
-            self._nodes(), PARALLEL) if p]
+        self._problems = [p for p in fan_out(lambda node: collect_one(
+            self.swarm, names.node_object_name(self.testbed, node), node, self.run_dir, image, self.labels(node)),
+            self._nodes(), names.PARALLEL) if p]
 
     def collection_warnings(self) -> list[str]:
         return list(self._problems)
@@ -427,16 +406,21 @@ class SwarmBackend(Backend):
         }
 
     def destroy(self) -> None:
-        try:
-            self.cleanup(self.testbed, self.store)
-        finally:
-            self.swarm.close()
+        """Let go of the engines; `cleanup`, called next, removes the services and the rest."""
+        self.swarm.close()
 
     @classmethod
     def cleanup(cls, testbed: str | None, store: StateStore) -> list[str]:
         """Remove what this state directory made for `testbed` (None: every
         testbed) in the swarm; nothing when the engine is no swarm manager."""
         return remove(Scope(testbed, current_state_dir())).raise_if_incomplete()
+
+
+def _bytes(memory: str) -> int:
+    """A memory size as Docker reads it ("256m") in bytes."""
+    from docker.utils import parse_bytes  # noqa: PLC0415
+
+    return parse_bytes(memory)
 
 
 def _configured_image() -> str:

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends.docker.nodedir import MOUNT
+from orchestrator.dockerapi.names import MOUNT
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.backends.swarm.engines import Swarm, Task, engine_urls
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from node.config import LinkShape
 from orchestrator.shaping import tc
-from orchestrator.backends.docker.nodedir import MOUNT, NODE_UID
+from orchestrator.dockerapi.names import MOUNT, NODE_UID
 
 LISTEN_PORT = 4001
 CONTROL_PORT = 4002

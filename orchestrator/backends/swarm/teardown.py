@@ -7,9 +7,9 @@ the secrets (refused while a service uses them), and last the volumes with
 the traces, on every engine that can be reached (a volume lives on the node
 that ran the task; one that cannot be reached is reported with the command
 that removes it there). Removal is retried with backoff while the swarm is
-still taking tasks down. Scope, Resource and Leftover are the docker
-backend's (orchestrator/backends/docker/teardown.py), so one scope rule decides what
-either backend may touch.
+still taking tasks down. Scope, Resource and Leftover are shared with the
+docker backend (orchestrator/dockerapi/teardown.py), so one scope rule decides
+what either backend may touch.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.backends.docker.teardown import Leftover, Resource, Scope, TeardownReport, labels_of, unchecked
-from orchestrator.dockerapi.client import LABEL_STATE, LABEL_TESTBED, DaemonNotAnswering
+from orchestrator.dockerapi.client import DaemonNotAnswering
+from orchestrator.dockerapi.names import LABEL_STATE, LABEL_TESTBED
+from orchestrator.dockerapi.teardown import Leftover, Resource, Scope, TeardownReport, labels_of, unchecked
 from orchestrator.errors import BackendUnavailable
 from orchestrator.backends.swarm.engines import Swarm
 
