@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -638,15 +639,74 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     check_complete(ingested.events, ingested.node_records(), counts)
     per_node = per_node_counts(counts)
     ctx = build_context(run, per_node, structure)
-    t0 = ctx.t0
     short = short_links(counts, sorted(per_node["node"].dropna()))
 
     step("control time series, unreceived RPCs")
     time_series, unmatched = _together(
-        lambda: time_series_control(E, t0).toArrow().to_pandas(),
+        lambda: time_series_control(E, ctx.t0).toArrow().to_pandas(),
         lambda: unreceived_rpcs(spark, E, short),
     )
+    d = _deliveries(run, ctx, per_node, msgs, first, out_dir, step)
+    step("time series")
+    _write_pandas(dlv.time_series_delivery(d.frame, ctx.t0), out_dir / "timeseries_delivery.parquet")
+    _write_pandas(time_series.sort_values("t_s", ignore_index=True), out_dir / "timeseries_control.parquet")
+    mesh = _mesh(run, ctx, structure, msgs, out_dir, step)
+    router = _router_figures(run, ctx, structure, per_node, mesh.sybils, out_dir, step)
+    step("per-node load")
+    nodes_df = _per_node_load(ctx, per_node, d.frame, out_dir)
 
+    step("messages in flight at the end")
+    in_flight = dlv.in_flight(unmatched, ctx.down, ctx.t_end, d.frame)
+
+    step("recovery after churn")
+    recovery = recovery_after_churn(d.per_message, ctx.churn, ctx.t0, ctx.t_end)
+
+    summary = summarize(
+        run, ctx, per_node, nodes_df, d.per_message, d.per_message[d.per_message["expected"] > 0], d.latency,
+        mesh.samples, recovery,
+        unexpected=d.unexpected,
+        has_lb=d.has_lower_bound,
+        has_sizes=bool(per_node["bytes_sent"].notna().any()) if len(per_node) else False,
+        in_flight=in_flight,
+        stayed_up=dlv.stayed_up(d.table, ctx.down),
+        router=router,
+    )
+    return _with_structure_figures(summary, run, ctx, per_node, nodes_df, d, mesh)
+
+
+def _with_structure_figures(summary: dict[str, Any], run: RunDir, ctx: Context, per_node: pd.DataFrame,
+                            nodes_df: pd.DataFrame, d: _Deliveries, mesh: _Mesh) -> dict[str, Any]:
+    """The summary with the mesh snapshots, the honest-node and sybil figures
+    and, where the topology declares implementations, each one's figures."""
+    summary["mesh_snapshots"] = [{"t_s": (snap.t_ns - ctx.t0) / NS, "label": snap.label,
+                                  "down": sorted({n for n, start, end in ctx.down if start <= snap.t_ns < end})}
+                                 for snap in mesh.snapshots]
+    summary.update(honest_summary(run.topology_nodes(), d.frame))
+    summary.update(mesh_sybil_summary(mesh.sybil_samples, mesh.sybils, mesh.victims, mesh.first_publish, ctx.t0,
+                                      ctx.teardown))
+    if declared(run.topology_nodes()):
+        summary["implementations"] = per_implementation(run.topology_nodes(), nodes_df, per_node, d.frame)
+    return summary
+
+
+@dataclass(frozen=True)
+class _Deliveries:
+    """What compute's delivery stage hands on: the deliveries (as Arrow and
+    pandas), the per-message table, the latency distribution, the
+    deliveries nobody expected, and whether a lower bound was computed."""
+
+    table: Any
+    frame: pd.DataFrame
+    per_message: pd.DataFrame
+    latency: Any
+    unexpected: Any
+    has_lower_bound: bool
+
+
+def _deliveries(run: RunDir, ctx: Context, per_node: pd.DataFrame, msgs: pd.DataFrame, first: Any, out_dir: Path,
+                step: Callable[[str], None]) -> _Deliveries:
+    """Expected recipients and their first deliveries, the lower bound,
+    per-message figures, latency CDF and duplicates histogram (each written)."""
     step("expected recipients and their deliveries")
     rows, unmatched_deliveries = dlv.with_first_deliveries(
         dlv.expected_recipients(msgs, ctx.subscriptions, ctx.down), first
@@ -663,41 +723,59 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     dist = run.network_paths() or (shortest_paths(edges, sources) if edges else None)
     table = dlv.deliveries_table(rows, publishers, dist)
     _write_table(table, out_dir / "deliveries.parquet")
-    deliveries_pd = table.to_pandas()
+    frame = table.to_pandas()
 
     step("per-message metrics")
-    msg_pd = dlv.per_message(msgs, deliveries_pd, t0)
+    msg_pd = dlv.per_message(msgs, frame, ctx.t0)
     _write_pandas(msg_pd, out_dir / "messages.parquet")
     unexpected = dlv.unexpected_deliveries(unmatched_deliveries.to_pandas(), publishers)
 
     step("latency distribution")
-    lat = dlv.latency_distribution(deliveries_pd, CDF_POINTS)
+    lat = dlv.latency_distribution(frame, CDF_POINTS)
     _write_pandas(dlv.cdf_frame(lat, CDF_POINTS), out_dir / "latency_cdf.parquet")
-    with_exp = msg_pd[msg_pd["expected"] > 0]
     dup_hist = (
         msg_pd.groupby("duplicates").size().reset_index(name="messages").sort_values("duplicates")
         if len(msg_pd)
         else pd.DataFrame({"duplicates": pd.Series([], dtype="int64"), "messages": pd.Series([], dtype="int64")})
     )
     _write_pandas(dup_hist, out_dir / "duplicates_hist.parquet")
+    return _Deliveries(table, frame, msg_pd, lat, unexpected, bool(edges))
 
-    step("time series")
-    _write_pandas(dlv.time_series_delivery(deliveries_pd, t0), out_dir / "timeseries_delivery.parquet")
-    _write_pandas(time_series.sort_values("t_s", ignore_index=True), out_dir / "timeseries_control.parquet")
 
+@dataclass(frozen=True)
+class _Mesh:
+    samples: pd.DataFrame
+    snapshots: list
+    sybil_samples: pd.DataFrame
+    sybils: set[str]
+    victims: set[str]
+    first_publish: int | None
+
+
+def _mesh(run: RunDir, ctx: Context, structure: Any, msgs: pd.DataFrame, out_dir: Path,
+          step: Callable[[str], None]) -> _Mesh:
+    """Mesh degree over time, the mesh links at the snapshots, and the sybil
+    share of honest meshes (each written)."""
     step("mesh degree")
     mesh_samples, mesh_hist = mesh_degree(structure, ctx)
     _write_pandas(mesh_samples, out_dir / "mesh_degree.parquet")
     _write_pandas(mesh_hist, out_dir / "mesh_degree_hist.parquet")
     first_publish = int(msgs["publish_ts"].min()) if len(msgs) else None
-    snapshots = snapshot_times(first_publish, ctx.churn, t0, ctx.teardown)
+    snapshots = snapshot_times(first_publish, ctx.churn, ctx.t0, ctx.teardown)
     links = mesh_link_changes(structure, ctx.resets)
-    _write_pandas(mesh_links_at(links, snapshots, t0), out_dir / "mesh_links.parquet")
+    _write_pandas(mesh_links_at(links, snapshots, ctx.t0), out_dir / "mesh_links.parquet")
     sybils, victims = sybil_names(run.topology_nodes()), victim_names(run.topology_nodes())
-    sybil_samples = mesh_sybil_samples(links, sybils, t0, ctx.t_end)
+    sybil_samples = mesh_sybil_samples(links, sybils, ctx.t0, ctx.t_end)
     _write_pandas(sybil_samples, out_dir / "mesh_sybils.parquet")
+    return _Mesh(mesh_samples, snapshots, sybil_samples, sybils, victims, first_publish)
 
+
+def _router_figures(run: RunDir, ctx: Context, structure: Any, per_node: pd.DataFrame, sybils: set[str],
+                    out_dir: Path, step: Callable[[str], None]) -> dict[str, Any]:
+    """Gossipsub v1.1/v1.2's figures: IDONTWANT, PRUNE, mesh churn, peer
+    scores (the tables written; the summary groups returned)."""
     step("mesh churn, peer scores")
+    t0 = ctx.t0
     churn = mesh_churn(structure, t0)
     _write_pandas(churn, out_dir / "mesh_churn.parquet")
     scores = read_scores(run.path)
@@ -705,47 +783,25 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     sybil_ids = {str(n["peer_id"]) for n in run.topology_nodes() if n.get("name") in sybils and n.get("peer_id")}
     _write_pandas(scores_by_side(run.path, sybil_ids, sybils, t0), out_dir / "sybil_scores.parquet")
     duration_s = (ctx.t_end - t0) / NS if ctx.t_end > t0 else 0.0
-    router = {
+    return {
         "idontwant": idontwant_summary(per_node, ctx.publishes),
         "prune": prune_summary(per_node),
         "mesh_churn": churn_summary(churn, len(ctx.nodes), duration_s),
         "scores": score_summary(scores),
     }
 
-    step("per-node load")
+
+def _per_node_load(ctx: Context, per_node: pd.DataFrame, deliveries: pd.DataFrame, out_dir: Path) -> pd.DataFrame:
+    """nodes.parquet: every node's counts and its own delivery ratio."""
     nodes_df = pd.DataFrame({"node": ctx.nodes})
     nodes_df = nodes_df.merge(per_node[per_node["node"].notna()], on="node", how="left").merge(
-        dlv.per_node_delivery(deliveries_pd), on="node", how="left"
+        dlv.per_node_delivery(deliveries), on="node", how="left"
     )
     count_cols = [c for c in nodes_df.columns if c not in ("node", "first_ts", "last_ts", "latency_p50_ms")]
     nodes_df[count_cols] = nodes_df[count_cols].fillna(0).astype("int64")
     nodes_df["delivery_ratio"] = nodes_df["delivered_expected"] / nodes_df["expected"].where(nodes_df["expected"] > 0)
-    has_sizes = bool(per_node["bytes_sent"].notna().any()) if len(per_node) else False
     _write_pandas(nodes_df, out_dir / "nodes.parquet")
-
-    step("messages in flight at the end")
-    in_flight = dlv.in_flight(unmatched, ctx.down, ctx.t_end, deliveries_pd)
-
-    step("recovery after churn")
-    recovery = recovery_after_churn(msg_pd, ctx.churn, t0, ctx.t_end)
-
-    summary = summarize(
-        run, ctx, per_node, nodes_df, msg_pd, with_exp, lat, mesh_samples, recovery,
-        unexpected=unexpected,
-        has_lb=bool(edges),
-        has_sizes=has_sizes,
-        in_flight=in_flight,
-        stayed_up=dlv.stayed_up(table, ctx.down),
-        router=router,
-    )
-    summary["mesh_snapshots"] = [{"t_s": (snap.t_ns - t0) / NS, "label": snap.label,
-                                  "down": sorted({n for n, start, end in ctx.down if start <= snap.t_ns < end})}
-                                 for snap in snapshots]
-    summary.update(honest_summary(run.topology_nodes(), deliveries_pd))
-    summary.update(mesh_sybil_summary(sybil_samples, sybils, victims, first_publish, t0, ctx.teardown))
-    if declared(run.topology_nodes()):
-        summary["implementations"] = per_implementation(run.topology_nodes(), nodes_df, per_node, deliveries_pd)
-    return summary
+    return nodes_df
 
 
 def _size_session(spark, n_events: int) -> None:
@@ -789,9 +845,6 @@ def summarize(
     peer scores), already summarized."""
     t0 = ctx.t0
     n_events = int(per_node["events"].sum()) if len(per_node) else 0
-    load_basis = "bytes_sent" if has_sizes else "rpcs_sent"
-    load = nodes_df[load_basis].astype(float).tolist()
-    mean_load = sum(load) / len(load) if load else 0.0
     delivered = int(msg_pd["delivered"].sum())
     expected = int(msg_pd["expected"].sum())
     n_messages = len(msg_pd)
@@ -802,37 +855,6 @@ def summarize(
 
     transmissions = total("msgs_sent")
     all_deliveries = delivered + unexpected
-    control = {
-        "publish": transmissions,
-        "deliver": total("delivered"),
-        "graft": total("graft_sent"),
-        "prune": total("prune_sent"),
-        "ihave": total("ihave_sent"),
-        "iwant": total("iwant_sent"),
-    }
-    latency = {
-        "p50": _pct(lat.q, 50),
-        "p90": _pct(lat.q, 90),
-        "p99": _pct(lat.q, 99),
-        "max": lat.max,
-        "mean": lat.mean,
-    }
-    stretch = {
-        "p50": _pct(lat.stretch_q, 0) if lat.stretch_n else None,
-        "p90": _pct(lat.stretch_q, 1) if lat.stretch_n else None,
-        "p99": _pct(lat.stretch_q, 2) if lat.stretch_n else None,
-    }
-    mesh_vals = mesh_samples["degree"] if len(mesh_samples) else pd.Series([], dtype=float)
-    mesh = {
-        "mean": float(mesh_vals.mean()) if len(mesh_vals) else None,
-        "p50": float(mesh_vals.median()) if len(mesh_vals) else None,
-        "min": int(mesh_vals.min()) if len(mesh_vals) else None,
-        "max": int(mesh_vals.max()) if len(mesh_vals) else None,
-    }
-    rec_done = [r for r in recovery if r["recovered"] is not None]
-    recovery_max = (
-        max((r["recovery_s"] for r in rec_done), default=0.0) if all(r["recovered"] for r in rec_done) else None
-    )
     summary: dict[str, Any] = {
         "run": run.name,
         "backend": run.manifest.get("backend"),
@@ -847,30 +869,21 @@ def summarize(
         "messages_lost": int((with_exp["delivered"] == 0).sum()),
         "messages_complete": int((with_exp["delivered"] == with_exp["expected"]).sum()),
         "min_message_delivery_ratio": float(with_exp["delivery_ratio"].min()) if len(with_exp) else None,
-        "latency_ms": latency,
+        "latency_ms": _latency_figures(lat),
         "duplicates": duplicates,
         "duplicates_per_message": duplicates / n_messages if n_messages else None,
         "duplicates_per_delivery": duplicates / all_deliveries if all_deliveries else None,
         "transmissions": transmissions,
         "amplification": transmissions / all_deliveries if all_deliveries else None,
-        "control": control,
+        "control": {"publish": transmissions, "deliver": total("delivered"),
+                    **{k: total(f"{k}_sent") for k in ("graft", "prune", "ihave", "iwant")}},
         "rpcs": {"sent": total("rpcs_sent"), "received": total("rpcs_received"), "dropped": total("rpcs_dropped")},
-        "bytes": {
-            "sent": int(nodes_df["bytes_sent"].sum()) if has_sizes else None,
-            "received": int(nodes_df["bytes_received"].sum()) if has_sizes else None,
-            "dropped": int(nodes_df["bytes_dropped"].sum()) if has_sizes else None,
-        },
-        "load": {
-            "basis": load_basis,
-            "gini": gini(load),
-            "max_over_mean": (max(load) / mean_load) if load and mean_load > 0 else None,
-        },
-        "stretch": stretch,
+        "bytes": {k: int(nodes_df[f"bytes_{k}"].sum()) if has_sizes else None for k in ("sent", "received", "dropped")},
+        "load": _load_figures(nodes_df, has_sizes),
+        "stretch": _stretch_figures(lat),
         "lower_bound_available": has_lb,
-        "mesh_degree": mesh,
-        "recovery": recovery,
-        "recovery_max_s": recovery_max,
-        "recovered_all": (all(r["recovered"] for r in rec_done) if rec_done else None),
+        "mesh_degree": _mesh_degree_figures(mesh_samples),
+        **_recovery_figures(recovery),
         "in_flight": in_flight,
         "stayed_up": stayed_up,
         **router,
@@ -879,6 +892,50 @@ def summarize(
     }
     summary.update(flat_aliases(summary))
     return summary
+
+
+def _latency_figures(lat: dlv.LatencyDistribution) -> dict[str, Any]:
+    return {"p50": _pct(lat.q, 50), "p90": _pct(lat.q, 90), "p99": _pct(lat.q, 99), "max": lat.max, "mean": lat.mean}
+
+
+def _stretch_figures(lat: dlv.LatencyDistribution) -> dict[str, Any]:
+    return {
+        "p50": _pct(lat.stretch_q, 0) if lat.stretch_n else None,
+        "p90": _pct(lat.stretch_q, 1) if lat.stretch_n else None,
+        "p99": _pct(lat.stretch_q, 2) if lat.stretch_n else None,
+    }
+
+
+def _load_figures(nodes_df: pd.DataFrame, has_sizes: bool) -> dict[str, Any]:
+    """How evenly the nodes carried the run: bytes sent where RPC sizes are
+    known, else RPCs sent."""
+    basis = "bytes_sent" if has_sizes else "rpcs_sent"
+    load = nodes_df[basis].astype(float).tolist()
+    mean_load = sum(load) / len(load) if load else 0.0
+    return {"basis": basis, "gini": gini(load),
+            "max_over_mean": (max(load) / mean_load) if load and mean_load > 0 else None}
+
+
+def _mesh_degree_figures(mesh_samples: pd.DataFrame) -> dict[str, Any]:
+    values = mesh_samples["degree"] if len(mesh_samples) else pd.Series([], dtype=float)
+    return {
+        "mean": float(values.mean()) if len(values) else None,
+        "p50": float(values.median()) if len(values) else None,
+        "min": int(values.min()) if len(values) else None,
+        "max": int(values.max()) if len(values) else None,
+    }
+
+
+def _recovery_figures(recovery: list[dict[str, Any]]) -> dict[str, Any]:
+    """recovery, recovery_max_s (None when a churn event never recovered)
+    and recovered_all (None without churn to recover from)."""
+    done = [r for r in recovery if r["recovered"] is not None]
+    recovered = all(r["recovered"] for r in done)
+    return {
+        "recovery": recovery,
+        "recovery_max_s": max((r["recovery_s"] for r in done), default=0.0) if recovered else None,
+        "recovered_all": recovered if done else None,
+    }
 
 
 def flat_aliases(summary: dict[str, Any]) -> dict[str, Any]:
@@ -923,6 +980,33 @@ def prune_summary(per_node: pd.DataFrame) -> dict[str, int]:
     }
 
 
+def _degree_steps(changes: dict[tuple, list[tuple]]) -> dict[tuple, list[tuple]]:
+    """Per (node, topic): the mesh degree's steps (ts, seq, peer, delta), from
+    each link's changes (analysis/mesh.py)."""
+
+    def peer_key(peer):  # Spark orders nulls first
+        return (peer is not None, peer or "")
+
+    steps: dict[tuple, list[tuple]] = defaultdict(list)
+    for (node, topic, peer), evs in changes.items():
+        evs.sort()
+        state = 0
+        for ts, seq, new in evs:
+            if new != state:
+                steps[(node, topic)].append((ts, seq, peer_key(peer), new - state))
+                state = new
+    return steps
+
+
+def _degree_samples(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    if not frames:
+        return pd.DataFrame({"t_s": pd.Series([], dtype="int64"), "node": pd.Series([], dtype="object"),
+                             "topic": pd.Series([], dtype="object"), "degree": pd.Series([], dtype="int32")})
+    samples = pd.concat(frames, ignore_index=True)
+    samples["degree"] = samples["degree"].astype("int32")
+    return samples.sort_values(["t_s", "node", "topic"], kind="stable").reset_index(drop=True)
+
+
 def mesh_degree(rows: pd.DataFrame, ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Each node's mesh per topic, rebuilt from its GRAFT/PRUNE events (peer
     added to / removed from the mesh), REMOVE_PEER (gone from every topic's
@@ -933,20 +1017,7 @@ def mesh_degree(rows: pd.DataFrame, ctx: Context) -> tuple[pd.DataFrame, pd.Data
     them, with numpy for the per-second grid."""
     import numpy as np
 
-    changes = mesh_link_changes(rows, ctx.resets)
-
-    def peer_key(peer):  # Spark orders nulls first
-        return (peer is not None, peer or "")
-
-    # per (node, topic): degree steps (ts, seq, peer, delta) in order, then the last degree per sample k
-    steps: dict[tuple, list[tuple]] = defaultdict(list)
-    for (node, topic, peer), evs in changes.items():
-        evs.sort()
-        state = 0
-        for ts, seq, new in evs:
-            if new != state:
-                steps[(node, topic)].append((ts, seq, peer_key(peer), new - state))
-                state = new
+    steps = _degree_steps(mesh_link_changes(rows, ctx.resets))
     t0 = ctx.t0
     k_end = max(0, math.ceil((ctx.t_end - ctx.t0) / NS))
     ks = np.arange(k_end + 1, dtype=np.int64)
@@ -978,19 +1049,7 @@ def mesh_degree(rows: pd.DataFrame, ctx: Context) -> tuple[pd.DataFrame, pd.Data
             keep &= ~((start <= sample_ts) & (sample_ts < end))
         if keep.any():
             frames.append(pd.DataFrame({"t_s": ks[keep], "node": node, "topic": topic, "degree": degree[keep]}))
-    if frames:
-        samples = pd.concat(frames, ignore_index=True)
-        samples["degree"] = samples["degree"].astype("int32")
-        samples = samples.sort_values(["t_s", "node", "topic"], kind="stable").reset_index(drop=True)
-    else:
-        samples = pd.DataFrame(
-            {
-                "t_s": pd.Series([], dtype="int64"),
-                "node": pd.Series([], dtype="object"),
-                "topic": pd.Series([], dtype="object"),
-                "degree": pd.Series([], dtype="int32"),
-            }
-        )
+    samples = _degree_samples(frames)
     hist = (
         samples.groupby("degree").size().reset_index(name="samples")
         if len(samples)
