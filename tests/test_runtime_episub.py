@@ -6,6 +6,7 @@ fails reaches the engine."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import trio
@@ -29,8 +30,6 @@ def pid(name: str) -> str:
 
 def free_ports(n: int) -> list[int]:
     """Ports the test gives its nodes, so each can be in the others' address books."""
-    import socket  # noqa: PLC0415
-
     socks = [socket.socket() for _ in range(n)]
     for s in socks:
         s.bind(("127.0.0.1", 0))

@@ -104,7 +104,8 @@ def codec(protocol_id: str, message_id_function: str) -> tuple[Callable[[bytes],
     """How an engine's RPCs are decoded and encoded: episub's protobuf on
     /episub/1.0.0, pubsub's RPC on every other protocol."""
     if protocol_id == EPISUB_ID:
-        return partial(decode_episub_rpc, message_id_function=message_id_function), encode_episub_rpc  # type: ignore[return-value]
+        decode = partial(decode_episub_rpc, message_id_function=message_id_function)
+        return decode, encode_episub_rpc  # type: ignore[return-value]
     return RpcDecoder(message_id_function).decode, encode_rpc
 
 
