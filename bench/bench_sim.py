@@ -45,7 +45,8 @@ workload: {{messages: {messages}, interval: {interval}s, size: 64, inject: 5}}
 linger: 5s
 """
 # what scales with the number of nodes, for --extrapolate
-PER_NODE = ("events", "sim_wall_s", "analysis_wall_s", "report_wall_s", "peak_rss_mb", "trace_mb", "run_dir_mb", "resolve_s")
+PER_NODE = ("events", "sim_wall_s", "analysis_wall_s", "report_wall_s", "peak_rss_mb", "peak_rss_after_analysis_mb",
+            "trace_mb", "run_dir_mb", "resolve_s")
 
 
 def scaled(path: Path, nodes: int) -> str:
@@ -175,7 +176,8 @@ def main() -> None:
     from rich.table import Table
 
     setup = args.file or f"{args.router}, {args.messages} messages every {args.interval}s"
-    table = Table(title=f"simulator: {setup}, trace {'sample ' + str(args.trace_sample) if args.trace_sample else 'full'}")
+    level = f"sample {args.trace_sample}" if args.trace_sample else "full"
+    table = Table(title=f"simulator: {setup}, trace {level}")
     table.add_column("metric", style="bold")
     for row in rows:
         table.add_column(f"{row['nodes']} nodes", justify="right")

@@ -22,7 +22,7 @@ from pydantic_core import PydanticCustomError
 from orchestrator.experiment.model import Expectation
 from orchestrator.experiment.links import parse_rate
 
-MAX_NODES = 1_000_000  # nodes in one experiment: the simulator runs a million (docs/scale.md)
+MAX_NODES = 1_000_000  # nodes in one experiment: the simulator's scale run at a million (docs/scale.md)
 MAX_EDGES = 10_000_000  # overlay edges (full or random overlays included): a million nodes at degree 10
 MAX_DEGREE = 1_000
 MAX_MESSAGES = 100_000  # workload messages per workload

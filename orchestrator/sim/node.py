@@ -75,17 +75,20 @@ def sim_nodes(resolved: ResolvedExperiment, origin: int) -> dict[str, SimNode]:
     neighbours = resolved.neighbours()
     identities = node_identities(resolved)
     peer_ids = {name: identity.peer_id for name, identity in identities.items()}
-    shared: dict[tuple, Any] = {}  # one copy of the same parameters and topics: a million copies took about 2 GB
+    shared: dict[tuple, Any] = {}  # one object for all nodes with the same parameters, and topics
 
     def one(key: tuple, make: Callable[[], Any]) -> Any:
         if key not in shared:
             shared[key] = make()
         return shared[key]
 
+    def params(n: NodeSpec) -> object:
+        return one(("params", n.router, repr(sorted(n.params.items()))),
+                   lambda: engine_kind(n.router).make_params(n.params))
+
     return {
         n.name: SimNode(
-            n.name, identities[n.name].peer_id, n.router,
-            one(("params", n.router, repr(sorted(n.params.items()))), lambda n=n: engine_kind(n.router).make_params(n.params)),
+            n.name, identities[n.name].peer_id, n.router, params(n),
             n.seed, NodeLife(Process.STOPPED, one(("topics", *sorted(n.topics)), lambda n=n: frozenset(n.topics))),
             tuple(neighbours[n.name]), n.uplink_bps,
             authenticity_for(resolved, identities[n.name], modelled=True),

@@ -1,11 +1,11 @@
 """How much of a simulated run is traced. `full`: every node's trace, as the
-real backends write. `sample`: a seeded sample of the nodes traced in full,
-(and every node the workload publishes through), plus exact per-node
-counts of every trace event type for all nodes
-(counters.csv). A million nodes' full traces take about 70 GB and longer to
-analyse than to simulate; the sample keeps every figure of the analysis for
-its nodes, and the counts and the simulator's own delivery figures stay
-exact for everyone (docs/simulator.md, "Trace levels").
+real backends write. `sample`: a seeded sample of the nodes (and every node
+the workload publishes through) traced in full, plus exact per-node counts
+of every trace event type for all nodes (counters.csv). A million nodes'
+full traces would take about 70 GB and longer to analyse than to simulate;
+the sample keeps every figure of the analysis for its nodes, and the counts
+and the simulator's own delivery figures stay exact for everyone
+(docs/simulator.md, "Trace levels").
 
 The sample is drawn from the node names with an RNG of its own, so it does
 not move any other random draw: a sampled run is the same simulation as the
@@ -74,4 +74,3 @@ class EventCounts:
             w = self.width
             for i, name in enumerate(self.names):
                 out.writerow([name, *self.counts[i * w:(i + 1) * w]])
-
