@@ -106,3 +106,25 @@ def test_peer_exchange_dials_go_to_the_address_book(tmp_path):
             assert sum(leaf.counters["dials_asked"] for leaf in leaves) > 0
 
     trio.run(main)
+
+
+def test_a_restarted_node_appends_a_readable_score_file(tmp_path):
+    """A kill loses what the score file had buffered: an empty file (the
+    header lost) gets its header from the next incarnation, and a row cut
+    short is ended, so the analysis reads every whole row (seen on docker:
+    a churned node's file began with a row and the analysis failed)."""
+    from analysis.scores import read_scores
+    from node.libp2p.identity import identity_for_index
+    from node.trace.scores import ScoreFile
+
+    peer = identity_for_index(1).peer_id
+    scores = tmp_path / "scores"
+    scores.mkdir()
+    (scores / "a.csv").write_text("")
+    (scores / "b.csv").write_text(",".join(COLUMNS) + "\n" + f"5,{pid('n1')[:20]}")  # cut mid-row
+    for name in ("a", "b"):
+        f = ScoreFile(scores / f"{name}.csv")
+        f.write(7, [(peer, [2.0] + [0.0] * 8)])
+        f.close()
+    got = read_scores(tmp_path)
+    assert sorted(zip(got["node"], got["time_ns"], got["score"])) == [("a", 7, 2.0), ("b", 7, 2.0)]

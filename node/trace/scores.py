@@ -30,14 +30,26 @@ class ScoreFile:
         if not rows:
             return
         if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fresh = not self.path.exists()
-            self._file = open(self.path, "a", encoding="ascii")
-            if fresh:
-                self._file.write(",".join(COLUMNS) + "\n")
+            self._open()
         self._file.write("".join(
             f"{time_ns},{peer_id_to_b58(peer)},{','.join(repr(v) for v in values)}\n" for peer, values in rows
         ))
+
+    def _open(self) -> None:
+        """A restarted node appends to its killed incarnation's file: the
+        header goes first into an empty file (the kill may have lost the
+        buffered one), and a row the kill cut short is ended, so it reads
+        as a short row, not glued to the next."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a+", encoding="ascii")
+        size = self._file.tell()
+        if size == 0:
+            self._file.write(",".join(COLUMNS) + "\n")
+            self._file.flush()
+            return
+        self._file.seek(size - 1)
+        if self._file.read(1) != "\n":
+            self._file.write("\n")
 
     def close(self) -> None:
         if self._file is not None:
