@@ -38,18 +38,19 @@ links:
     matrix:
       europe: {europe: 5, america: 40}
       america: {america: 8}
-workload:
+workload:  # from 2 s: a view still being replaced at up can miss a message (the draft gives a new link no catch-up; docs/episub.md)
+  start: 2s
   messages: 16
   interval: 400ms
   size: 256
   publishers: {group: src}
 churn:
   timeline:
-    - {at: 3.1s, action: kill, select: {nodes: [eu-1]}, for: 2s}
+    - {at: 5.1s, action: kill, select: {nodes: [eu-1]}, for: 2s}
 linger: 3s
 """
 VICTIM = "eu-1"
-DOWN = (3.1, 5.1)
+DOWN = (3.1, 5.1)  # s after the first publish (the kill at 5.1 s is 3.1 s after it)
 
 
 @pytest.fixture
@@ -102,7 +103,7 @@ def check_run(env, tmp_path: Path, backend: str) -> None:
     run = Path(only["run_dir"])
     published, got = deliveries(run)
     assert len(published) == 16
-    # the victim is down from 3.1 s to 5.1 s after the start; the first publish is at about 0 s
+    # the victim is down from 3.1 s to 5.1 s after the first publish
     for name, ids in got.items():
         missed = [round(t, 2) for m, t in published.items() if m not in ids]
         if name == VICTIM:
