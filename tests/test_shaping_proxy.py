@@ -28,6 +28,7 @@ from orchestrator.shaping.proxy import (
     proxy_shapes,
 )
 from orchestrator.experiment.spec import load_experiment
+from tests.ports import free_ports
 
 
 class ScriptedRandom(random.Random):
@@ -153,18 +154,8 @@ def test_original_dst_reads_the_sockaddr_netfilter_returns() -> None:
     assert original_dst(Sock()) == ("172.20.0.5", 9000)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def test_unredirected_and_garbage_connections_end_alone_and_the_proxy_keeps_serving() -> None:
-    out_port, in_port = _free_ports(2)
+    out_port, in_port = free_ports(2)
     config = ProxyConfig(out_port, in_port, stats_interval_s=3600)
 
     async def main() -> None:
