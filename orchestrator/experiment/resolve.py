@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from orchestrator.experiment import layout
+from orchestrator.errors import InputError
 from orchestrator.experiment.activity import Selector, TimelineEntry
 from orchestrator.experiment.layout import derive_rng, derive_seed
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
@@ -265,10 +266,14 @@ class _Resolver:
         self.steady_nodes = chosen
         until = s.until if s.until is not None else (self.exp.duration if self.exp.duration is not None else last_publish)
         up_verb = UNDO[Verb(s.action)].value
+
+        def too_many() -> InputError:
+            return self.exp.error(s.path, f"steady churn would act more than {MAX_CHURN_ACTIONS} times; "
+                                  "lengthen the sessions or shorten the churn")
+
         cycle = max(s.session.expected(), s.session.min) + max(s.downtime.expected(), s.downtime.min)  # type: ignore[union-attr]
         if len(chosen) * 2 * (until - s.start) / cycle > 2 * MAX_CHURN_ACTIONS:  # refused before drawing them all
-            raise self.exp.error(s.path, f"steady churn would act more than {MAX_CHURN_ACTIONS} times; "
-                                 "lengthen the sessions or shorten the churn")
+            raise too_many()
         out: list[ChurnAction] = []
         for n in chosen:
             nrng = derive_rng(self.seed, "steady", n)
@@ -279,8 +284,7 @@ class _Resolver:
                     break
                 back = round(t + s.downtime.draw(nrng), 6)  # type: ignore[union-attr]
                 if len(out) >= MAX_CHURN_ACTIONS:
-                    raise self.exp.error(s.path, f"steady churn would act more than {MAX_CHURN_ACTIONS} times; "
-                                         "lengthen the sessions or shorten the churn")
+                    raise too_many()
                 out.append(ChurnAction(at=t, action=s.action, nodes=(n,), source="churn.steady"))  # type: ignore[arg-type]
                 if back >= until:
                     out.append(ChurnAction(at=until, action=up_verb, nodes=(n,), source="churn.steady (end)"))  # type: ignore[arg-type]

@@ -142,12 +142,19 @@ def image_router(image: str) -> str:
     return IMAGE_PREFIX + image
 
 
+# Our engines' kinds, one each: kind_of is asked once per node, and at a
+# million nodes a new object per question would be a million objects.
+OUR_KINDS: dict[str, RouterKind] = {
+    name: RouterKind(name, OURS, False, True, None, engine, validation_delay=engine.validation_delay)
+    for name, engine in ROUTERS.items()
+}
+
+
 def kind_of(router: str) -> RouterKind:
     """The kind of any router an experiment can name: one of our engines, an
     adapter, or a bare contract image ("image:NAME"). KeyError otherwise."""
-    if router in ROUTERS:
-        return RouterKind(router, OURS, False, True, None, ROUTERS[router],
-                          validation_delay=ROUTERS[router].validation_delay)
+    if router in OUR_KINDS:
+        return OUR_KINDS[router]
     if router in ADAPTERS:
         return ADAPTERS[router]
     if router.startswith(IMAGE_PREFIX):
