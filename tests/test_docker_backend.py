@@ -19,6 +19,7 @@ from orchestrator.backends.docker import own_bridge
 from orchestrator.dockerapi.names import LABEL_IP, LABEL_NODE, LABEL_RUN, LABEL_TESTBED
 from orchestrator.backends.docker.wiring import DOCKER_NETWORK, OWN_BRIDGE
 from orchestrator.records.state import StateStore
+from orchestrator.shaping import delayline
 from tests.docker_fixtures import (  # noqa: F401 - fixtures
     SEND,
     SINK_ENTRYPOINT,
@@ -269,10 +270,20 @@ def test_kernel_delay_reaches_the_frames_between_containers(docker_backends):
     backend.destroy()
     type(backend).cleanup(backend.testbed, backend.store)
     facts = backend.netns.host_network_facts()
-    assert facts["neighbour_table_overflows"] == 0 and backend.shaping_warnings() == []
+    assert facts["neighbour_table_overflows"] == 0
     if caps.path == "delayline+htb":
-        assert facts["delay_line"]["shaped"] >= 6 and not facts["delay_line"]["running"]
-        assert facts["delay_line"]["scheduling"] == "SCHED_FIFO 20"
+        # The only warning it may give is the one its own figures call for: it was
+        # running at the end and the kernel queued every packet, but on a loaded host
+        # a packet can leave late, and then the run must say so (2.0 ms at p99 in CI).
+        stats = facts["delay_line"]
+        assert stats["enobufs"] == 0
+        late_p99_us = stats["late_us"]["p99"]
+        expected = [] if late_p99_us <= delayline.LATE_WARN_US else [delayline.warning(stats, True)]
+        assert backend.shaping_warnings() == expected, stats
+        assert stats["shaped"] >= 6 and not stats["running"]
+        assert stats["scheduling"] == "SCHED_FIFO 20"
+    else:
+        assert backend.shaping_warnings() == []
     assert _docker_ls("container", backend.testbed) == []
 
 
