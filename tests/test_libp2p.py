@@ -280,3 +280,45 @@ def test_plaintext_exchange_must_match_its_key():
         plaintext.check_exchange(forged.SerializeToString())
     with pytest.raises(ProtocolError, match="lacks"):
         plaintext.check_exchange(libp2p_pb2.Exchange(id=forged.id).SerializeToString())
+
+
+def test_a_cancelled_connection_closes_its_socket_so_the_remote_sees_it_end():
+    """A node killed inside its process (its task cancelled) ends its
+    dialled connections at once, as a killed process does. The test holds
+    the connection, so no garbage collection can close the socket for it."""
+    async def main():
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        remote: list = []
+        remote_ended = trio.Event()
+
+        async def serve(stream):
+            conn = await upgrade(stream, identity_for_index(2), "plaintext", dialing=False)
+            remote.append(conn)
+            await conn.run(trio.lowlevel.checkpoint)
+            remote_ended.set()
+
+        poller = ReadPoller()
+        killed = trio.CancelScope()
+
+        async def dialler(conn):
+            with killed:
+                await conn.run(trio.lowlevel.checkpoint)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            nursery.start_soon(trio.serve_listeners, serve, listeners)
+            stream = await trio.open_tcp_stream("127.0.0.1", listeners[0].socket.getsockname()[1])
+            conn = await upgrade(stream, identity_for_index(1), "plaintext", dialing=True,
+                                 expect=identity_for_index(2).peer_id, poller=poller)
+            nursery.start_soon(dialler, conn)
+            with trio.fail_after(5):
+                while not remote:
+                    await trio.sleep(0.01)
+            killed.cancel()
+            with trio.fail_after(2):
+                await remote_ended.wait()
+            assert remote[0].close_reason == "closed by peer"
+            assert conn.tcp.socket.fileno() == -1
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)

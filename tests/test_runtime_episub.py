@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import trio
 
 from node.config import NodeConfig, PeerAddress
@@ -81,9 +80,6 @@ def test_episub_nodes_speak_episub_dial_beyond_their_contacts_and_deliver(tmp_pa
     trio.run(main)
 
 
-@pytest.mark.skip(reason="open bug (#35): alone this passes in ~4 s, but run after any other test module in the same "
-                         "process (or after the module sat imported 25 s) the survivors' views are not repaired within "
-                         "30 s, on a quiet box; cause not found yet")
 def test_a_killed_tree_node_has_its_subtree_repaired_over_tcp(tmp_path):
     """The victim is killed, not shut down: its task is cancelled, so its
     connections end without LEAVE or GoAway."""

@@ -242,7 +242,10 @@ class MuxedConnection:
     async def run(self, on_stream: Callable[[YamuxStream], Awaitable[None]]) -> None:
         """Until the remote closes, breaks a rule (`misbehaved`, after
         sending GoAway) or `close()` is called. `on_stream` runs, in this
-        connection's nursery, for every stream the remote opens."""
+        connection's nursery, for every stream the remote opens. However it
+        ends, cancelled too (a node killed inside its process), its socket is
+        closed on the way out: the remote sees the connection end then, not
+        when the garbage collector happens to free the socket."""
         sock = getattr(self.tcp, "socket", None)
         if sock is not None:  # a socket of our own on the connection, for writes in the caller's task
             self._direct = socket.socket(fileno=os.dup(sock.fileno()))
@@ -261,8 +264,8 @@ class MuxedConnection:
                 self.close_reason = self.close_reason or f"connection error: {group.exceptions[0]}"
             finally:
                 self._close_direct()
-        self._finish()
-        await trio.aclose_forcefully(self.tcp)
+                self._finish()
+                await trio.aclose_forcefully(self.tcp)
 
     def _close_direct(self) -> None:
         """Before trio closes its socket: ours is a second descriptor."""
