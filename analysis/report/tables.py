@@ -195,12 +195,13 @@ UNAVAILABLE = "unavailable"
 
 
 def implementations(s: dict[str, Any]) -> tuple[list[str], list[tuple[str, list[str]]]]:
-    """The implementations of a mixed run side by side (issue 12): their
-    names and a row per figure; a figure an implementation's traces cannot
-    supply reads "unavailable", never 0. Nothing for a run of one
-    implementation."""
+    """The implementations of a run side by side (issue 12): their names and
+    a row per figure; a figure an implementation's traces cannot supply reads
+    "unavailable", never 0. A run of one implementation gets its one column
+    too, since test-plans reports its three figures for every run; only a run
+    directory from before implementations were recorded gets nothing."""
     impls = s.get("implementations") or {}
-    if len(impls) < 2:
+    if not impls:
         return [], []
 
     def cell(fig: dict[str, Any], key: str) -> str:
