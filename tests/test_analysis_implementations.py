@@ -17,7 +17,7 @@ import pytest
 import analysis
 from analysis.implementations import declared, per_implementation
 from analysis.ingest import iter_events
-from analysis.report.tables import implementations as implementation_rows
+from analysis.report.tables import fmt, implementations as implementation_rows
 from node.wire.codec import encode_uvarint
 from node.trace.vocab import DELIVER, DUPLICATE, PUBLISH
 from tests import trace_census
@@ -78,7 +78,13 @@ def test_unavailable_metrics_are_null_not_zero():
     assert theirs["duplicates_per_node"] == 7 / 8 and ours["duplicates_per_node"] == 2.0
     names, rows = implementation_rows({"implementations": out})
     assert STAND_IN in names and sum(cells.count("unavailable") for _, cells in rows) == 2
-    assert implementation_rows({"implementations": {"gossip-testbed": ours}}) == ([], [])
+    # one implementation: its own column, test-plans' figures included
+    names, rows = implementation_rows({"implementations": {"gossip-testbed": ours}})
+    assert names == ["gossip-testbed"]
+    assert dict(rows)["test-plans: p50 to disseminate ms"] == ["0"]
+    assert dict(rows)["test-plans: duplicates per node per message"] == ["2"]
+    assert dict(rows)["test-plans: reach (mean, worst message)"] == ["1 (1)"]
+    assert implementation_rows({}) == ([], [])
 
 
 @requires_java
@@ -107,3 +113,26 @@ def test_mixed_run_breakdown_and_report(tmp_path, spark):  # noqa: F811
     html = analysis.write_report([run], tmp_path / "report.html").read_text()
     assert "<h3>Implementations</h3>" in html and "unavailable" in html
     assert 'id="r0-impl"' in html  # the latency CDF panels, one per implementation
+
+
+@requires_java
+@pytest.mark.spark
+def test_one_implementation_gets_the_table_too(tmp_path, spark):  # noqa: F811
+    """test-plans reports its three figures for every run, so a run of our
+    routers alone gets the implementations table with its one column, and
+    the figures agree with the census."""
+    run = tmp_path / "ours"
+    shutil.copytree(QUICK, run, ignore=shutil.ignore_patterns("*.before.json"))
+    topo = json.loads((run / "topology.json").read_text())
+    for node in topo["nodes"]:
+        node["implementation"], node["trace_events"] = "gossip-testbed", None
+    (run / "topology.json").write_text(json.dumps(topo))
+    fig = analysis.run_analysis(run)["implementations"]["gossip-testbed"]
+    counted = trace_census.count(run).test_plans({n["name"] for n in topo["nodes"]})
+    for key, want in counted.items():
+        assert fig[key] == pytest.approx(want, abs=1e-6), key
+    html = analysis.write_report([run], tmp_path / "report.html").read_text()
+    table = html[html.index("<h3>Implementations</h3>"):]
+    table = table[: table.index("</table>")]
+    assert "<th>gossip-testbed</th>" in table and "test-plans: p50 to disseminate ms" in table
+    assert f"<td>{fmt(fig['dissemination_p50_ms'])}</td>" in table

@@ -105,3 +105,31 @@ def test_proc_cpu_seconds_counts_a_busy_process():
     after = proc_cpu_seconds(os.getpid())
     assert before is not None and after is not None and after - before >= 0.15
     assert proc_cpu_seconds(2**22 + 1) is None
+
+
+def test_a_burst_that_does_not_fit_is_a_banner(tmp_path):
+    """The report says on its first screen what the fidelity table shows
+    further down: a burst load above 1 (subnet-blob-msg-docker on this box:
+    8.2) means the latencies are partly the host's."""
+    import pandas as pd
+
+    from analysis.report.data import RunData
+    from analysis.report.tables import banners, overloaded
+    from analysis.rundir import RunDir
+
+    nodes = [f"n{i}" for i in range(10)]
+    write(tmp_path, [("up", 0, {n: 0.0 for n in nodes}), ("workload", 10, {n: 0.0 for n in nodes}),
+                     ("down", 30, {n: 2.0 for n in nodes})])  # 20 ms a delivery: 200 ms a message
+    table = {"nodes": pd.DataFrame({"node": nodes, "delivered": [100] * 10})}
+
+    def run(latency_p50_ms: float) -> RunData:
+        summary = {"latency_p50_ms": latency_p50_ms, "stretch_p50": 3.0, "messages": 100}
+        return RunData(RunDir(tmp_path, tmp_path, []), summary, table, 0)
+
+    # spreads in 150 / 3 = 50 ms, where 2 cores at 70% give 70 ms of CPU: 200 / 70
+    banner = overloaded(run(150.0))
+    assert banner is not None and banner.danger and "2.857 times" in banner.text
+    assert banner in banners(run(150.0))
+    assert overloaded(run(1500.0)) is None  # 500 ms to spread in: 700 ms of CPU, it fits
+    (tmp_path / FILE).unlink()
+    assert overloaded(run(150.0)) is None  # a run that does not say (no router-cpu.json)

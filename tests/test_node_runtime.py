@@ -354,6 +354,26 @@ def test_control_requires_the_token(tmp_path):
     trio.run(main)
 
 
+def test_a_control_request_to_a_peer_port_says_what_answered(tmp_path):
+    """Issue 34's open finding: publishes refused with "answered 'publish'
+    with something not JSON". The control server never writes such a line;
+    a libp2p listener does (multistream-select's header comes first from
+    both sides), and the error now quotes it, so a log tells the two apart."""
+    from node.runtime.client import ControlClient, ControlError
+
+    async def main():
+        async with running(make_cfg(tmp_path, "n0")) as (n,):
+            good = await trio.to_thread.run_sync(
+                lambda: ControlClient("127.0.0.1", n.control_port, TOKEN, 3).call("publish", topic="t", size=8, seq=1))
+            assert good["ok"] and good["message_id"]
+            peer_port = ControlClient("127.0.0.1", n.listen_port, TOKEN, 3)
+            with pytest.raises(ControlError) as wrong:
+                await trio.to_thread.run_sync(lambda: peer_port.call("publish", topic="t", size=8, seq=2))
+            assert "something not JSON: b'\\x13/multistream/1.0.0'" in str(wrong.value)
+
+    trio.run(main)
+
+
 def test_isolate_closes_and_refuses_until_rejoin(tmp_path):
     async def main():
         b_cfg = make_cfg(tmp_path, "b", dial_backoff_ms=20, dial_backoff_max_ms=100)

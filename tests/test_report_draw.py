@@ -66,3 +66,26 @@ def test_the_same_spec_gives_the_same_bytes_and_ids_differ_between_charts():
 
 def test_an_empty_chart_says_no_data():
     assert "no data" in svg(XYChart("t-empty", "Nothing", "time (s)", "value", ()))
+
+
+def test_side_by_side_panel_titles_neither_overlap_nor_run_into_the_heading():
+    """subnet-blob-msg-docker's implementations: a bare image's name
+    ("image:REPO/NAME:TAG", 50 characters) ran over its neighbour's title.
+    Wrapped after its separators, every title stays over its own panel and
+    below the figure's heading."""
+    from analysis.report.charts import PANEL_TITLE_CHARS, wrapped
+    from analysis.report.specs import Panels
+
+    name = "image:gossip-testbed/contract-node:subnet-blob-msg"
+    assert wrapped(name).split("\n") == ["image:gossip-testbed/", "contract-node:", "subnet-blob-msg"]
+    assert wrapped("rust-libp2p") == "rust-libp2p" and max(map(len, wrapped(name).split("\n"))) <= PANEL_TITLE_CHARS
+    panels = Panels("t-panels", "Latency CDF per implementation", tuple(
+        XYChart(f"t-p{i}", wrapped(n), "latency (ms)", "fraction", xy("x").lines)
+        for i, n in enumerate(["gossip-testbed", name, "rust-libp2p"])))
+    fig = _draw(panels)
+    renderer = extents(fig)
+    titles = [ax._left_title.get_window_extent(renderer) for ax in fig.axes]  # set_title(loc="left")
+    for left, right in zip(titles, titles[1:]):
+        assert left.x1 <= right.x0  # each title ends before the next begins
+    heading = fig._suptitle.get_window_extent(renderer)
+    assert all(t.y1 <= heading.y0 for t in titles)

@@ -136,6 +136,7 @@ class Census:
     stayed_up_expected: int = 0  # expected recipients not down between the publish and the message's last delivery
     stayed_up_deliveries: int = 0
     expected_by_msg: dict[bytes, dict[str, int | None]] = field(default_factory=dict)  # receiver -> first DELIVER
+    latencies_by_node: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # as a receiver
 
     def test_plans(self, names: set[str]) -> dict[str, float | None]:
         """test-plans' gossipsub-interop figures (analyze_message_deliveries.py)
@@ -158,6 +159,22 @@ class Census:
             "duplicates_per_node": dups / (len(names) * len(self.expected_by_msg)) if self.expected_by_msg else None,
             "reach": sum(reach) / len(reach) if reach else None,
             "reach_min": min(reach) if reach else None,
+        }
+
+    def as_receivers(self, names: set[str], records_rpcs: bool) -> dict[str, float | int | None]:
+        """docs/metrics.md's per-implementation figures for the receivers
+        `names`; RPCs only where their traces record SEND_RPC."""
+        expected = sum(self.expected_by_node[n] for n in names)
+        got = sum(self.delivered_by_node[n] for n in names)
+        latencies = [ms for n in names for ms in self.latencies_by_node.get(n, ())]
+        return {
+            "nodes": len(names),
+            "delivery_ratio": got / expected if expected else None,
+            "latency_p50_ms": _percentile(latencies, 0.5) if latencies else None,
+            "latency_p99_ms": _percentile(latencies, 0.99) if latencies else None,
+            "duplicates_per_delivery": sum(self.per_node[n][DUPLICATE] for n in names) / got if got else None,
+            "rpcs_sent": sum(self.per_node[n][SEND_RPC] for n in names) if records_rpcs else None,
+            **self.test_plans(names),
         }
 
     @property
@@ -295,6 +312,7 @@ def count(run: Path, traces: Path | None = None) -> Census:
                 c.deliveries += 1
                 c.delivered_by_node[node] += 1
                 c.latencies_ms.append((got - ts) / 1e6)
+                c.latencies_by_node[node].append((got - ts) / 1e6)
         _count_stayed_up(c, m, ts, expected_here, first_deliver, down)
     return c
 
@@ -446,8 +464,35 @@ def assert_agrees(run: Path, census: Census, summary: dict | None = None) -> Non
     messages = pq.read_table(run / "metrics" / "messages.parquet").to_pandas()
     assert int(messages["delivered"].sum()) == census.deliveries
     assert int(messages["expected"].sum()) == census.expected_deliveries
+    if s.get("implementations"):
+        assert_implementations_agree(run, census, s)
     if s.get("sybils"):
         assert_attack_agrees(run, census, s)
+
+
+def implementation_figures(run: Path, census: Census) -> dict[str, dict]:
+    """Each implementation of topology.json (no `implementation`: ours) and
+    its figures as receivers, counted here."""
+    by_impl: dict[str, list[dict]] = defaultdict(list)
+    for n in _topology_nodes(run):
+        by_impl[n.get("implementation") or "gossip-testbed"].append(n)
+    return {impl: census.as_receivers({n["name"] for n in members}, all(
+        n.get("trace_events") is None or "SEND_RPC" in n["trace_events"] for n in members))
+        for impl, members in by_impl.items()}
+
+
+def assert_implementations_agree(run: Path, census: Census, summary: dict) -> None:
+    """summary.json's `implementations` against the census, figure by figure
+    (latencies within a microsecond, averages within 1e-9)."""
+    counted = implementation_figures(run, census)
+    assert set(summary["implementations"]) == set(counted)
+    for impl, want in counted.items():
+        got = summary["implementations"][impl]
+        for key, w in want.items():
+            g = got[key]
+            tol = US if key.endswith("_ms") else 1e-9
+            assert (g is None and w is None) or (g is not None and w is not None and abs(g - w) <= tol), (
+                impl, key, g, w)
 
 
 def assert_attack_agrees(run: Path, census: Census, summary: dict) -> None:

@@ -5,6 +5,7 @@ charts over several runs (variants)."""
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import numpy as np
@@ -154,6 +155,21 @@ def reached_over_time(d: RunData, colours: Colours) -> Figure:
                   f"One faint line per message{sample}{whose}; black: the median over messages.")
 
 
+PANEL_TITLE_CHARS = 28  # a third of the page at the charts' title size
+
+
+def wrapped(name: str, width: int = PANEL_TITLE_CHARS) -> str:
+    """A long implementation name ("image:REPO/NAME:TAG") on lines of at
+    most `width` characters, broken after its / and : separators, so side by
+    side panel titles do not run into each other."""
+    lines = [""]
+    for part in re.findall(r"[^/:]*[/:]?", name):
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(line for line in lines if line)
+
+
 def implementation_panels(d: RunData, colours: Colours) -> Figure | None:
     """Mixed runs: each implementation's latency CDF as receivers, side by side."""
     if colours.attribute != "implementation":
@@ -165,8 +181,8 @@ def implementation_panels(d: RunData, colours: Colours) -> Figure | None:
         lat = sorted(float(x) for n, x in zip(got.get("node", []), got.get("latency_ms", [])) if colours.value(n) == impl)
         lines = (Line(impl, (0.0, *lat), (0.0, *(k / len(lat) for k in range(1, len(lat) + 1))), colour, step=True),
                  ) if lat else ()
-        charts.append(XYChart(f"r{d.index}-impl-{len(charts)}", impl, "latency (ms)", "fraction of its deliveries",
-                              lines, ylim=(0, 1.02)))
+        charts.append(XYChart(f"r{d.index}-impl-{len(charts)}", wrapped(impl), "latency (ms)",
+                              "fraction of its deliveries", lines, ylim=(0, 1.02)))
     return Figure(Panels(f"r{d.index}-impl", "Latency CDF per implementation (as receivers)", tuple(charts)),
                   "Each panel: the deliveries to that implementation's nodes; the table above has the figures.")
 

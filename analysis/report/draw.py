@@ -29,6 +29,7 @@ from analysis.report.specs import BarChart, Chart, GraphChart, Panels, XYChart  
 # Every chart of one kind is drawn at one size (no tight bounding box), so its text reads alike
 WIDTH_IN = 5.0  # a panel: half the page's width
 HEIGHT_IN = 2.9
+TITLE_LINE_IN = 0.19  # one more line of a bold 10 pt title
 MARGINS = {"left": 0.15, "right": 0.78, "bottom": 0.19, "top": 0.86}  # the right fifth: the legend's place
 WIDE_IN = 10.0  # a picture across the page
 GRAPH_HEIGHT_IN = 5.2
@@ -90,8 +91,12 @@ def _draw(chart: Chart) -> MplFigure:
         _bars(fig.add_subplot(), chart)
     elif isinstance(chart, Panels):
         n = max(len(chart.charts), 1)
-        fig = MplFigure(figsize=(WIDE_IN, HEIGHT_IN + 0.4))
-        fig.subplots_adjust(left=0.07, right=0.98, bottom=0.17, top=0.80, wspace=0.12)
+        # a panel title of several lines (a long implementation name) gets room above the axes
+        extra_in = TITLE_LINE_IN * max((c.title.count("\n") for c in chart.charts), default=0)
+        height = HEIGHT_IN + 0.4 + extra_in
+        fig = MplFigure(figsize=(WIDE_IN, height))
+        fig.subplots_adjust(left=0.07, right=0.98, bottom=0.17 * (HEIGHT_IN + 0.4) / height,
+                            top=1 - (0.20 * (HEIGHT_IN + 0.4) + extra_in) / height, wspace=0.12)
         axes = fig.subplots(1, n, sharex=True, sharey=True, squeeze=False)[0]
         for ax, c in zip(axes, chart.charts):
             _xy(ax, c, legend=False)

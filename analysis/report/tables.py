@@ -71,6 +71,8 @@ def banners(d: RunData) -> list[Banner]:
                           f"{in_flight.get('rpcs_in_flight_at_end', 0)} RPCs were still on their way and "
                           f"{in_flight.get('messages_propagating_at_end', 0)} messages still propagating when the "
                           "traces ended; a longer linger would let them arrive."))
+    if (overload := overloaded(d)) is not None:
+        out.append(overload)
     failed = [e for e in s.get("expectations") or [] if not e["passed"]]
     if failed:
         out.append(Banner(True, "Expectations failed:", "; ".join(f"{e['expr']} ({e['message']})" for e in failed)))
@@ -195,12 +197,13 @@ UNAVAILABLE = "unavailable"
 
 
 def implementations(s: dict[str, Any]) -> tuple[list[str], list[tuple[str, list[str]]]]:
-    """The implementations of a mixed run side by side (issue 12): their
-    names and a row per figure; a figure an implementation's traces cannot
-    supply reads "unavailable", never 0. Nothing for a run of one
-    implementation."""
+    """The implementations of a run side by side (issue 12): their names and
+    a row per figure; a figure an implementation's traces cannot supply reads
+    "unavailable", never 0. A run of one implementation gets its one column
+    too, since test-plans reports its three figures for every run; only a run
+    directory from before implementations were recorded gets nothing."""
     impls = s.get("implementations") or {}
-    if len(impls) < 2:
+    if not impls:
         return [], []
 
     def cell(fig: dict[str, Any], key: str) -> str:
@@ -234,13 +237,34 @@ FIDELITY_COLUMNS = [("node", "node"), ("CPU (s)", "cpu_s"), ("at rest (ms/s)", "
                     ("lag p99 (ms)", "lag_p99_ms"), ("lag max (ms)", "lag_max_ms")]
 
 
-def fidelity_tables(d: RunData) -> dict[str, Any] | None:
-    """Per node: the CPU its router used and its event-loop lag; the budget
-    and the burst load (analysis/fidelity.py). None without router-cpu.json."""
+def _fidelity(d: RunData) -> dict[str, Any] | None:
+    """analysis/fidelity.py's figures for the run; None without router-cpu.json."""
     run, s, nodes = d.run, d.summary, d.table("nodes")
     delivered = ({str(r.node): int(r.delivered) for r in nodes.itertuples()}
                  if len(nodes) and "delivered" in nodes.columns else {})
-    f = fidelity(run.path, run.manifest, delivered, s.get("latency_p50_ms"), s.get("messages"), s.get("stretch_p50"))
+    return fidelity(run.path, run.manifest, delivered, s.get("latency_p50_ms"), s.get("messages"), s.get("stretch_p50"))
+
+
+def overloaded(d: RunData) -> Banner | None:
+    """A banner when one message's burst does not fit the host (burst load
+    above 1): later hops waited for a core, so the latencies are partly the
+    host's. None when it fits or the run does not say."""
+    f = _fidelity(d)
+    if f is None or f["burst_load"] is None or f["burst_load"] <= 1:
+        return None
+    return Banner(True, "Host overloaded by each message:",
+                  f"one message costs the routers {fmt(f['burst_cpu_ms'])} ms of CPU together, "
+                  f"{fmt(f['burst_load'])} times what {f['host_cpus']} cores at {f['faithful_share'] * 100:.0f}% give "
+                  f"in the {fmt(f['burst_spread_ms'])} ms it has to spread: later hops waited for a core, so the "
+                  "latencies below are partly the host's, not the network's (the fidelity section; a time dilation "
+                  f"of about {fmt(f['dilation_for_burst'])} would fit it).")
+
+
+def fidelity_tables(d: RunData) -> dict[str, Any] | None:
+    """Per node: the CPU its router used and its event-loop lag; the budget
+    and the burst load (analysis/fidelity.py). None without router-cpu.json."""
+    run = d.run
+    f = _fidelity(d)
     if f is None:
         return None
     share = f"{f['faithful_share'] * 100:.0f}%"

@@ -9,6 +9,9 @@ import socket
 from typing import Any
 
 
+SHOWN = 64  # bytes of a reply that is not JSON quoted in the error
+
+
 class ControlError(RuntimeError):
     """The node could not be reached, or it answered ok: false."""
 
@@ -33,10 +36,15 @@ class ControlClient:
                     buf += chunk
         except OSError as exc:
             raise ControlError(f"{self.host}:{self.port} unreachable ({cmd}): {exc}") from None
+        line = bytes(buf[: buf.index(b"\n")])
         try:
-            reply = json.loads(buf[: buf.index(b"\n")])
+            reply = json.loads(line)
         except ValueError:
-            raise ControlError(f"{self.host}:{self.port} answered {cmd!r} with something not JSON") from None
+            # what answered, so the log tells a peer port (multistream-select's
+            # "/multistream/1.0.0" line) from a damaged reply
+            raise ControlError(
+                f"{self.host}:{self.port} answered {cmd!r} with something not JSON: {line[:SHOWN]!r}"
+            ) from None
         if not reply.get("ok"):
             raise ControlError(str(reply.get("error", "request failed")))
         return reply

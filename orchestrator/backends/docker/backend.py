@@ -33,6 +33,7 @@ Decisions (docs/docker.md says the same for users):
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +122,9 @@ class DockerBackend(Backend):
         self._shared: dict[str, dict[str, str]] | None = None  # binds of the image's unpacked code, libraries
         self._collected = False  # collect_traces ran: destroy need not inspect every container again
         self.foreign_images: dict[str, str] = {}
+        # start_many starts nodes in parallel: a foreign image missing here is built by the first
+        # start only (five concurrent cargo builds of one adapter broke each other's fingerprints)
+        self._foreign_images_lock = threading.Lock()
         self.proxies: dict[str, dict[str, Any]] = {}  # foreign node -> its shaping proxy's manifest record
 
     # ------------------------------------------------------------ addresses
@@ -221,11 +225,12 @@ class DockerBackend(Backend):
         kind = kind_of(config.router)
         if not kind.foreign:
             return self.image, self.entrypoint, [cfg, log], NODE_LOG_SIZE  # type: ignore[return-value]
-        if config.router not in self.foreign_images:
-            if kind.image is not None and image_or_none(self._client, kind.image) is None:
-                raise BackendUnavailable(f"image {kind.image} is not on this machine (nothing is pulled): build it "
-                                         "first, docs/foreign-routers.md")
-            self.foreign_images[config.router] = kind.image or kind.build_image(self._client, self.reporter)
+        with self._foreign_images_lock:
+            if config.router not in self.foreign_images:
+                if kind.image is not None and image_or_none(self._client, kind.image) is None:
+                    raise BackendUnavailable(f"image {kind.image} is not on this machine (nothing is pulled): build "
+                                             "it first, docs/foreign-routers.md")
+                self.foreign_images[config.router] = kind.image or kind.build_image(self._client, self.reporter)
         command = ["--params", nodedir.inside(PARAMS)] + (["--config", cfg] if kind.control else [])
         return self.foreign_images[config.router], None, command, FOREIGN_LOG_SIZE
 
