@@ -49,6 +49,7 @@ from analysis.mesh_sybils import mesh_sybil_samples, mesh_sybil_summary
 from analysis.rundir import RunDir
 from analysis.scores import read_scores, score_summary, scores_by_side, scores_over_time
 from analysis.spread import first_delivery_tree
+from analysis.tree import tree_summary
 from node.trace.vocab import (
     ADD_PEER,
     DELIVER,
@@ -658,8 +659,7 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     step("messages in flight at the end")
     in_flight = dlv.in_flight(unmatched, ctx.down, ctx.t_end, d.frame)
 
-    step("recovery after churn")
-    recovery = recovery_after_churn(d.per_message, ctx.churn, ctx.t0, ctx.t_end)
+    recovery, router["tree"] = _after_churn(run, ctx, per_node, d, out_dir, step)
 
     summary = summarize(
         run, ctx, per_node, nodes_df, d.per_message, d.per_message[d.per_message["expected"] > 0], d.latency,
@@ -672,6 +672,17 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
         router=router,
     )
     return _with_structure_figures(summary, run, ctx, per_node, nodes_df, d, mesh)
+
+
+def _after_churn(run: RunDir, ctx: Context, per_node: pd.DataFrame, d: _Deliveries, out_dir: Path,
+                 step: Callable[[str], None]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Recovery after churn, and the tree figures (their repairs after each
+    node lost among them; analysis/tree.py) of a run with tree files."""
+    step("recovery after churn")
+    recovery = recovery_after_churn(d.per_message, ctx.churn, ctx.t0, ctx.t_end)
+    step("tree figures")
+    return recovery, tree_summary(run.path, per_node, d.per_message, ctx.subscriptions, ctx.down, ctx.resets,
+                                  (ctx.t0, ctx.t_end), out_dir)
 
 
 def _with_structure_figures(summary: dict[str, Any], run: RunDir, ctx: Context, per_node: pd.DataFrame,
@@ -842,7 +853,7 @@ def summarize(
 ) -> dict[str, Any]:
     """summary.json's figures from the stages' driver-side results; `router`:
     the gossipsub v1.1/v1.2 figures (IDONTWANT, PRUNE and PX, mesh churn,
-    peer scores), already summarized."""
+    peer scores) and the tree figures (analysis/tree.py), already summarized."""
     t0 = ctx.t0
     n_events = int(per_node["events"].sum()) if len(per_node) else 0
     delivered = int(msg_pd["delivered"].sum())
@@ -961,6 +972,9 @@ def flat_aliases(summary: dict[str, Any]) -> dict[str, Any]:
     for group in ("stayed_up", "idontwant", "prune", "mesh_churn"):
         for k, v in summary[group].items():
             out[f"{group}_{k}"] = v
+    for k, v in (summary.get("tree") or {}).items():
+        if not isinstance(v, list):
+            out[f"tree_{k}"] = v
     return out
 
 
