@@ -1,8 +1,8 @@
 """The tree figures of a router that builds a broadcast tree (episub), from
 its trace extension (tree/<node>.csv, node/trace/tree.py) beside the go
 traces: hops per delivery and tree depth per message, eager against lazy
-transmissions, repairs and their times, time to repair after each node
-lost, and the active-view degree over time. go's trace format carries
+transmissions, repairs and their times, and the active-view degree over
+time. go's trace format carries
 none of hops, views or repairs, so these come from the extension; the
 files grow with deliveries and view changes, and the driver reads them
 with pandas. docs/metrics.md, "Tree figures", defines every one."""
@@ -91,24 +91,6 @@ def repairs(rows: pd.DataFrame) -> dict[str, Any]:
         "repair_p90_s": _quantile(times, 0.9),
         "repair_max_s": float(times.max()) if len(times) else None,
     }
-
-
-def repair_after_loss(per_message: pd.DataFrame, resets: list[tuple[str, int]], t0: int) -> list[dict[str, Any]]:
-    """Per node lost (node_down): from the loss to the first delivery of
-    every expected recipient of the first message published at or after
-    it that reached all of them (its publish time plus its largest
-    latency); None when no later message did."""
-    m = per_message[per_message["expected"] > 0].sort_values("publish_ts")
-    pub = m["publish_ts"].to_numpy(dtype=np.int64)
-    complete = (m["delivered"] == m["expected"]).to_numpy()
-    done_at = pub + np.nan_to_num(m["latency_max_ms"].to_numpy(dtype=np.float64)) * 1e6
-    out = []
-    for node, ts in resets:
-        later = np.nonzero((pub >= ts) & complete)[0]
-        first = later[0] if len(later) else None
-        out.append({"node": node, "t_s": (ts - t0) / NS,
-                    "repair_s": float((done_at[first] - ts) / NS) if first is not None else None})
-    return out
 
 
 def active_view_degree(rows: pd.DataFrame, sampled: list[tuple[str, str, list[tuple[int, int]]]],
@@ -203,8 +185,7 @@ def sample_intervals(nodes: set[str], subscriptions: list[tuple[str, str, int, i
     return out
 
 
-def tree_summary(run_path: Path, per_node: pd.DataFrame, per_message: pd.DataFrame,
-                 subscriptions: list[tuple[str, str, int, int]], down: list[tuple[str, int, int]],
+def tree_summary(run_path: Path, per_node: pd.DataFrame, subscriptions: list[tuple[str, str, int, int]], down: list[tuple[str, int, int]],
                  resets: list[tuple[str, int]], span: tuple[int, int], out_dir: Path) -> dict[str, Any] | None:
     """summary.json's `tree` (None for a run without tree files), with
     tree_messages.parquet and tree_degree.parquet written. `span`: (t0, t_end)."""
@@ -219,8 +200,6 @@ def tree_summary(run_path: Path, per_node: pd.DataFrame, per_message: pd.DataFra
     degree_over_time(samples).to_parquet(out_dir / "tree_degree.parquet", index=False)
     mine = per_node[per_node["node"].isin(nodes)]
     eager, lazy = int(mine["msgs_sent"].sum()), int(mine["ihave_ids_sent"].sum())
-    after = repair_after_loss(per_message, [r for r in resets if r[0] in nodes], t0)
-    times = [a["repair_s"] for a in after if a["repair_s"] is not None]
     got = hops["deliveries"]
     return {
         "nodes": len(nodes),
@@ -233,9 +212,4 @@ def tree_summary(run_path: Path, per_node: pd.DataFrame, per_message: pd.DataFra
         "neighbor_ups": int((rows["event"] == ext.NEIGHBOR_UP).sum()),
         "neighbor_downs": int((rows["event"] == ext.NEIGHBOR_DOWN).sum()),
         **degree_figures(samples),
-        "losses": len(after),
-        "losses_unrepaired": sum(1 for a in after if a["repair_s"] is None),
-        "repair_after_loss_p50_s": _quantile(np.array(times), 0.5),
-        "repair_after_loss_max_s": max(times) if times else None,
-        "repair_after_loss": after,
     }

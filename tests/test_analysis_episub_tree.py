@@ -74,21 +74,23 @@ def analysed(tmp_path_factory, spark) -> tuple[Path, dict, trace_census.Census]:
 def test_every_tree_figure_agrees_with_the_raw_tree_files_and_traces(analysed):
     run, s, census = analysed
     want = trace_census.tree_figures(run, census)
-    got = {k: v for k, v in s["tree"].items() if k != "repair_after_loss"}
-    assert got == pytest.approx(want)
+    assert s["tree"] == pytest.approx(want)
     # the run exercises what the figures count
     assert want["nodes"] == 24 and want["hops_max"] > 2 and want["lazy_ids"] > 0
     assert want["grafts"] > 0 and want["repaired"] > 0 and want["repair_max_s"] > 0
-    assert want["losses"] == 4 and want["losses_unrepaired"] == 0
     assert want["active_near_mean"] > 0 and want["neighbor_downs"] > 0
 
 
-def test_repair_after_each_node_lost_is_listed_and_the_flat_aliases_match(analysed):
-    _, s, _ = analysed
-    after = s["tree"]["repair_after_loss"]
-    assert sorted(a["node"] for a in after) == ["n5", "n6", "n7", "n9"]
-    assert all(a["repair_s"] is not None and a["repair_s"] > 0 for a in after)
-    assert s["tree_repair_after_loss_max_s"] == max(a["repair_s"] for a in after)
+def test_repair_after_each_node_lost_agrees_with_the_traces_and_the_flat_aliases_match(analysed):
+    run, s, census = analysed
+    want = trace_census.repair_after_loss(run, census)
+    got = s["repair_after_loss"]
+    assert {k: v for k, v in got.items() if k != "per_loss"} == pytest.approx(
+        {k: v for k, v in want.items() if k != "per_loss"})
+    assert got["per_loss"] == [pytest.approx(a) for a in want["per_loss"]]
+    assert sorted(a["node"] for a in got["per_loss"]) == ["n5", "n6", "n7", "n9"]
+    assert got["unrepaired"] == 0 and all(a["repair_s"] > 0 for a in got["per_loss"])
+    assert s["repair_after_loss_max_s"] == got["max_s"]
     for key in ("hops_p50", "grafts", "active_degree_mean", "eager_per_delivery"):
         assert s[f"tree_{key}"] == s["tree"][key], key
 
@@ -106,9 +108,10 @@ def test_the_tree_tables_agree_with_the_summary(analysed):
 def test_every_tree_key_is_documented(analysed):
     _, s, _ = analysed
     doc = (ROOT / "docs" / "metrics.md").read_text()
-    row = re.search(r"^\| tree \{([^}]*)\} \|", doc, re.M)
-    assert row
-    assert sorted(k.strip() for k in row.group(1).split(",")) == sorted(s["tree"])
+    for group in ("tree", "repair_after_loss"):
+        row = re.search(rf"^\| {group} \{{([^}}]*)\}} \|", doc, re.M)
+        assert row, group
+        assert sorted(k.strip() for k in row.group(1).split(",")) == sorted(s[group]), group
 
 
 def test_the_report_sets_the_tree_beside_gossipsub_and_draws_the_active_view(analysed, tmp_path):

@@ -607,41 +607,40 @@ def tree_figures(run: Path, census: Census) -> dict:
             ups += r["event"] == "neighbor_up"
             downs += r["event"] == "neighbor_down"
     times = [(first[k] - marked[k]) / 1e9 for k in asked if k in first and k in marked]
-    after = _repair_after_loss(run, census, set(rows))
-    done = [a for a in after if a is not None]
-
-    def pct(values: list, q: float) -> float | None:
-        return float(np.percentile(np.array(values, dtype=np.float64), q)) if values else None
 
     return {
         "nodes": len(rows), "deliveries": len(hops), "hops_mean": sum(hops) / len(hops) if hops else None,
-        "hops_p50": pct(hops, 50), "hops_p90": pct(hops, 90), "hops_max": max(hops, default=None),
-        "depth_p50": pct(list(depth.values()), 50), "depth_max": max(depth.values(), default=None),
+        "hops_p50": _pct(hops, 50), "hops_p90": _pct(hops, 90), "hops_max": max(hops, default=None),
+        "depth_p50": _pct(list(depth.values()), 50), "depth_max": max(depth.values(), default=None),
         "eager_transmissions": census.transmissions, "lazy_ids": census.control_sent["ihave_ids"],
         "eager_per_delivery": census.transmissions / len(hops) if hops else None,
         "lazy_per_delivery": census.control_sent["ihave_ids"] / len(hops) if hops else None,
         "grafts": grafts, "repairs": len(asked), "repaired": len(times),
         "unrepaired": sum(1 for k in asked if k not in first),
-        "repair_p50_s": pct(times, 50), "repair_p90_s": pct(times, 90), "repair_max_s": max(times, default=None),
+        "repair_p50_s": _pct(times, 50), "repair_p90_s": _pct(times, 90), "repair_max_s": max(times, default=None),
         "neighbor_ups": ups, "neighbor_downs": downs,
         **_active_degree(run, rows, census),
-        "losses": len(after), "losses_unrepaired": len(after) - len(done),
-        "repair_after_loss_p50_s": pct(done, 50), "repair_after_loss_max_s": max(done, default=None),
     }
 
 
-def _repair_after_loss(run: Path, census: Census, nodes: set[str]) -> list[float | None]:
-    """Per node_down of a tree node: seconds to the last first delivery of
-    the first message published at or after it that reached every expected
-    recipient."""
+def _pct(values: list, q: float) -> float | None:
+    return float(np.percentile(np.array(values, dtype=np.float64), q)) if values else None
+
+
+def repair_after_loss(run: Path, census: Census) -> dict:
+    """summary.json's `repair_after_loss` counted by hand: per node_down,
+    seconds to the last first delivery of the first message published at
+    or after it that reached every expected recipient."""
     complete = sorted((census.publish_ts[m], max(got.values())) for m, got in census.expected_by_msg.items()
                       if got and all(v is not None for v in got.values()))
-    out = []
-    for node, ts in _node_downs(run):
-        if node in nodes:
-            done = next((end for pub, end in complete if pub >= ts), None)
-            out.append((done - ts) / 1e9 if done is not None else None)
-    return out
+    per_loss = []
+    for node, ts in sorted(_node_downs(run), key=lambda d: (d[1], d[0])):
+        done = next((end for pub, end in complete if pub >= ts), None)
+        per_loss.append({"node": node, "t_s": (ts - run_t0(run)) / 1e9,
+                         "repair_s": (done - ts) / 1e9 if done is not None else None})
+    times = [a["repair_s"] for a in per_loss if a["repair_s"] is not None]
+    return {"losses": len(per_loss), "unrepaired": len(per_loss) - len(times), "p50_s": _pct(times, 50),
+            "max_s": max(times, default=None), "per_loss": per_loss}
 
 
 def _active_degree(run: Path, rows: dict[str, list[dict[str, str]]], census: Census) -> dict:
