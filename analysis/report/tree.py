@@ -32,7 +32,7 @@ ROWS = [
     ("time to repair p50 / max (s)", ("tree_repair_p50_s", "tree_repair_max_s")),
     ("nodes lost (never repaired)", ("repair_after_loss_losses", "repair_after_loss_unrepaired")),
     ("time to repair after a node lost p50 / max (s)", ("repair_after_loss_p50_s", "repair_after_loss_max_s")),
-    ("active-view degree mean (random + near)", ("tree_active_degree_mean", "tree_active_random_mean",
+    ("active-view degree mean / random / near links", ("tree_active_degree_mean", "tree_active_random_mean",
                                                  "tree_active_near_mean")),
     ("mesh degree mean (episub: eager links)", "mesh_degree_mean"),
 ]
