@@ -185,8 +185,8 @@ def sample_intervals(nodes: set[str], subscriptions: list[tuple[str, str, int, i
     return out
 
 
-def tree_summary(run_path: Path, per_node: pd.DataFrame, subscriptions: list[tuple[str, str, int, int]], down: list[tuple[str, int, int]],
-                 resets: list[tuple[str, int]], span: tuple[int, int], out_dir: Path) -> dict[str, Any] | None:
+def tree_summary(run_path: Path, per_node: pd.DataFrame, subscriptions: list[tuple[str, str, int, int]],
+                 down: list[tuple[str, int, int]], resets: list[tuple[str, int]], span: tuple[int, int], out_dir: Path) -> dict[str, Any] | None:
     """summary.json's `tree` (None for a run without tree files), with
     tree_messages.parquet and tree_degree.parquet written. `span`: (t0, t_end)."""
     rows = read_tree(run_path)

@@ -671,7 +671,8 @@ def _active_degree(run: Path, rows: dict[str, list[dict[str, str]]], census: Cen
                     view.pop(r["peer"], None)
                 i += 1
             topic = rs[0]["topic"] if rs else ""
-            if _subscribed(node, topic, at, census.joins, topics_of) and not any(a <= at < b for a, b in down.get(node, ())):
+            up = not any(a <= at < b for a, b in down.get(node, ()))
+            if up and _subscribed(node, topic, at, census.joins, topics_of):
                 randoms = sum(1 for link in view.values() if link == "random")
                 samples.append((randoms, len(view) - randoms))
     degree = [a + b for a, b in samples]
