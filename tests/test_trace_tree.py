@@ -1,7 +1,8 @@
 """Episub's trace extension file (node/trace/tree.py, docs/episub.md "Trace
 extension") as the analysis reads it back (analysis/tree.py): every field
 of every event kind, a topic that needs CSV quoting, and a restarted node
-appending to the file its killed incarnation cut short."""
+appending to the file its killed incarnation cut short, and a daemon's
+file on disk row by row."""
 
 from __future__ import annotations
 
@@ -43,3 +44,15 @@ def test_a_restarted_node_appends_after_the_row_its_kill_cut_short(tmp_path):
     rows = read_tree(tmp_path)
     assert rows[["time_ns", "event"]].values.tolist() == [[1, "neighbor_up"], [3, "deliver"]]
     assert path.read_text().count("time_ns,") == 1
+
+
+def test_a_daemons_file_has_every_row_on_disk_before_it_is_closed(tmp_path):
+    """What a SIGKILL would leave: the daemon's file (flush_each) holds every
+    row written; the simulator's (buffered until close) need not."""
+    daemon, sim = TreeFile(tmp_path / "d" / "n1.csv", flush_each=True), TreeFile(tmp_path / "s" / "n1.csv")
+    for f in (daemon, sim):
+        f.write(1, [TreeEvent(tree.NEIGHBOR_UP, "t", PEER, link=tree.RANDOM)])
+    assert (tmp_path / "d" / "n1.csv").read_text().splitlines()[1].startswith("1,neighbor_up,t,")
+    assert len((tmp_path / "s" / "n1.csv").read_text().splitlines()) == 1  # the header, flushed on open
+    daemon.close()
+    sim.close()

@@ -11,11 +11,15 @@ from typing import TextIO
 
 
 class CsvSideFile:
-    """Appends lines to one node's CSV file, the header first."""
+    """Appends lines to one node's CSV file, the header first. `flush_each`:
+    every write goes to the kernel before `write_lines` returns, so a
+    SIGKILL loses none of it (a router daemon's, as its trace writer does);
+    else lines wait in a buffer until close (the simulator's)."""
 
-    def __init__(self, path: Path, columns: Sequence[str]) -> None:
+    def __init__(self, path: Path, columns: Sequence[str], flush_each: bool = False) -> None:
         self.path = path
         self.columns = tuple(columns)
+        self.flush_each = flush_each
         self._file: TextIO | None = None
 
     def write_lines(self, text: str) -> None:
@@ -24,6 +28,8 @@ class CsvSideFile:
             self._open()
         assert self._file is not None
         self._file.write(text)
+        if self.flush_each:
+            self._file.flush()
 
     def _open(self) -> None:
         """A restarted node appends to its killed incarnation's file: the

@@ -42,10 +42,11 @@ class TreeEvent:
 
 
 class TreeFile(CsvSideFile):
-    """Appends one node's tree events (node/trace/sidefile.py)."""
+    """Appends one node's tree events (node/trace/sidefile.py; `flush_each`
+    there)."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path, COLUMNS)
+    def __init__(self, path: Path, flush_each: bool = False) -> None:
+        super().__init__(path, COLUMNS, flush_each)
 
     def write(self, time_ns: int, events: Sequence[TreeEvent]) -> None:
         if events:
