@@ -43,12 +43,14 @@ from analysis.ingest import SCHEMA as EVENTS_SCHEMA
 from analysis.ingest import IngestResult
 from analysis.idontwant import idontwant_summary
 from analysis.implementations import declared, per_implementation
+from analysis.loss_repair import loss_summary, repair_after_loss
 from analysis.mesh_churn import churn_summary, mesh_churn
 from analysis.mesh import mesh_link_changes, mesh_links_at, snapshot_times
 from analysis.mesh_sybils import mesh_sybil_samples, mesh_sybil_summary
 from analysis.rundir import RunDir
 from analysis.scores import read_scores, score_summary, scores_by_side, scores_over_time
 from analysis.spread import first_delivery_tree
+from analysis.tree import tree_summary
 from node.trace.vocab import (
     ADD_PEER,
     DELIVER,
@@ -658,8 +660,7 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     step("messages in flight at the end")
     in_flight = dlv.in_flight(unmatched, ctx.down, ctx.t_end, d.frame)
 
-    step("recovery after churn")
-    recovery = recovery_after_churn(d.per_message, ctx.churn, ctx.t0, ctx.t_end)
+    recovery, router["repair_after_loss"], router["tree"] = _after_churn(run, ctx, per_node, d, out_dir, step)
 
     summary = summarize(
         run, ctx, per_node, nodes_df, d.per_message, d.per_message[d.per_message["expected"] > 0], d.latency,
@@ -672,6 +673,19 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
         router=router,
     )
     return _with_structure_figures(summary, run, ctx, per_node, nodes_df, d, mesh)
+
+
+def _after_churn(run: RunDir, ctx: Context, per_node: pd.DataFrame, d: _Deliveries, out_dir: Path,
+                 step: Callable[[str], None]) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None]:
+    """Recovery after churn, the time to repair after each node lost
+    (analysis/loss_repair.py) and the tree figures of a run with tree files
+    (analysis/tree.py)."""
+    step("recovery after churn")
+    recovery = recovery_after_churn(d.per_message, ctx.churn, ctx.t0, ctx.t_end)
+    loss = loss_summary(repair_after_loss(d.per_message, ctx.resets, ctx.t0))
+    step("tree figures")
+    return recovery, loss, tree_summary(run.path, per_node, ctx.subscriptions, ctx.down, ctx.resets,
+                                        (ctx.t0, ctx.t_end), out_dir)
 
 
 def _with_structure_figures(summary: dict[str, Any], run: RunDir, ctx: Context, per_node: pd.DataFrame,
@@ -842,7 +856,7 @@ def summarize(
 ) -> dict[str, Any]:
     """summary.json's figures from the stages' driver-side results; `router`:
     the gossipsub v1.1/v1.2 figures (IDONTWANT, PRUNE and PX, mesh churn,
-    peer scores), already summarized."""
+    peer scores) and the tree figures (analysis/tree.py), already summarized."""
     t0 = ctx.t0
     n_events = int(per_node["events"].sum()) if len(per_node) else 0
     delivered = int(msg_pd["delivered"].sum())
@@ -961,6 +975,10 @@ def flat_aliases(summary: dict[str, Any]) -> dict[str, Any]:
     for group in ("stayed_up", "idontwant", "prune", "mesh_churn"):
         for k, v in summary[group].items():
             out[f"{group}_{k}"] = v
+    for group in ("repair_after_loss", "tree"):
+        for k, v in (summary.get(group) or {}).items():
+            if not isinstance(v, list):
+                out[f"{group}_{k}"] = v
     return out
 
 

@@ -75,6 +75,7 @@ class NodeConfig:
     uplink_bps: int | None = None  # user-space uplink shared by every peer (serialization delay)
     lag_path: str = ""  # event-loop lag JSON; "" means <trace_path>.lag.json
     scores_path: str = ""  # per-heartbeat peer scores (node/trace/scores.py); "" records none
+    tree_path: str = ""  # episub's tree extension (node/trace/tree.py); "" records none
     dial_backoff_ms: int = 50  # first redial delay, doubled per failure ...
     dial_backoff_max_ms: int = 2000  # ... up to this cap
     handshake_timeout_ms: int = 5000

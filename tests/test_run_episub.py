@@ -6,6 +6,7 @@ started again. Counted from the raw traces."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -77,6 +78,18 @@ def deliveries(run: Path) -> tuple[dict[bytes, float], dict[str, set[bytes]]]:
     return {m: (t - t0) / 1e9 for m, t in published.items()}, got
 
 
+def tree_deliveries(run: Path) -> dict[str, set[bytes]]:
+    """The ids each node's tree file (docs/episub.md, "Trace extension")
+    records a first delivery of; every file must have active-view rows."""
+    got: dict[str, set[bytes]] = {}
+    for path in (run / "tree").glob("*.csv"):
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert any(r["event"] == "neighbor_up" for r in rows), path.name
+        got[path.stem] = {bytes.fromhex(r["message_id"]) for r in rows if r["event"] == "deliver"}
+    return got
+
+
 def beyond_contacts(run: Path) -> list[tuple[str, str]]:
     """(node, peer) pairs that were connected without being overlay
     neighbours: the dials on send the views made."""
@@ -109,6 +122,7 @@ def check_run(env, tmp_path: Path, backend: str) -> None:
         if name == VICTIM:
             missed = [t for t in missed if not DOWN[0] - 0.5 <= t <= DOWN[1] + 2.0]
         assert not missed, f"{name} missed messages published at {missed} s"
+    assert tree_deliveries(run) == got  # the runtime writes the trace extension as the simulator does
     assert beyond_contacts(run), "no node connected to a peer beyond its overlay contacts"
     assert StateStore(Path(env["TESTBED_STATE_DIR"])).names() == []
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import importlib
 import json
+import math
 import sys
 import tempfile
 from collections import Counter, defaultdict
@@ -137,6 +138,8 @@ class Census:
     stayed_up_deliveries: int = 0
     expected_by_msg: dict[bytes, dict[str, int | None]] = field(default_factory=dict)  # receiver -> first DELIVER
     latencies_by_node: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # as a receiver
+    publish_ts: dict[bytes, int] = field(default_factory=dict)  # message -> its first PUBLISH_MESSAGE
+    joins: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)  # node -> (ts, JOIN/LEAVE, topic)
 
     def test_plans(self, names: set[str]) -> dict[str, float | None]:
         """test-plans' gossipsub-interop figures (analyze_message_deliveries.py)
@@ -291,6 +294,8 @@ def count(run: Path, traces: Path | None = None) -> Census:
                 c.mesh_log[node].append((ev.timestamp, "leave", ev.leave.topic, ""))
     down = _down_intervals(run)
     c.messages = len(published)
+    c.publish_ts = {m: ts for m, (ts, _, _) in published.items()}
+    c.joins = dict(joins)
     c.first_publish_ns = min((ts for ts, _, _ in published.values()), default=None)
     everyone = _traced(run) or set(topics_of) | c.nodes_with_records
     for m, (ts, topic, pubs) in published.items():
@@ -334,6 +339,7 @@ def _count_control(ctl, into: Counter) -> None:
     into["graft"] += len(ctl.graft)
     into["prune"] += len(ctl.prune)
     into["ihave"] += len(ctl.ihave)
+    into["ihave_ids"] += sum(len(x.messageIDs) for x in ctl.ihave)
     into["iwant"] += len(ctl.iwant)
     into["px"] += sum(len(p.peers) for p in ctl.prune)
     into["idontwant"] += len(ctl.idontwant)
@@ -606,3 +612,119 @@ def assert_counters_agree(sampled: Path, full: Census) -> None:
     for node, row in rows.items():
         counted = {T.Type.Value(name): int(v) for name, v in row.items() if int(v)}
         assert counted == dict(full.per_node.get(node, {})), node
+
+
+def _tree_rows(run: Path) -> dict[str, list[dict[str, str]]]:
+    """Every tree/<node>.csv's rows with a time and an event, by node."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for path in sorted((run / "tree").glob("*.csv")):
+        with path.open(newline="") as f:
+            out[path.stem] = [r for r in csv.DictReader(f) if r.get("time_ns") and r.get("event")]
+    return out
+
+
+def _node_downs(run: Path) -> list[tuple[str, int]]:
+    return [(ev["node"], int(ev["t_ns"])) for ev in _events(run) if ev.get("kind") == "node_down" and ev.get("node")]
+
+
+def tree_figures(run: Path, census: Census) -> dict:
+    """summary.json's `tree` counted by hand from the tree files, the traces'
+    census and events.jsonl (docs/metrics.md, "Tree figures")."""
+    rows = _tree_rows(run)
+    hops, depth = [], defaultdict(int)
+    first: dict[tuple[str, str], int] = {}
+    marked: dict[tuple[str, str], int] = {}
+    asked: set[tuple[str, str]] = set()
+    grafts = ups = downs = 0
+    for node, rs in rows.items():
+        for r in rs:
+            key, ts = (node, r["message_id"]), int(r["time_ns"])
+            if r["event"] == "deliver":
+                first[key] = min(ts, first.get(key, ts))
+                if int(r["hops"]) > 0:
+                    hops.append(int(r["hops"]))
+                    depth[r["message_id"]] = max(depth[r["message_id"]], int(r["hops"]))
+            elif r["event"] == "missing":
+                marked[key] = min(ts, marked.get(key, ts))
+            elif r["event"] == "graft":
+                grafts += 1
+                asked.add(key)
+            ups += r["event"] == "neighbor_up"
+            downs += r["event"] == "neighbor_down"
+    times = [(first[k] - marked[k]) / 1e9 for k in asked if k in first and k in marked]
+
+    return {
+        "nodes": len(rows), "deliveries": len(hops), "hops_mean": sum(hops) / len(hops) if hops else None,
+        "hops_p50": _pct(hops, 50), "hops_p90": _pct(hops, 90), "hops_max": max(hops, default=None),
+        "depth_p50": _pct(list(depth.values()), 50), "depth_max": max(depth.values(), default=None),
+        "eager_transmissions": census.transmissions, "lazy_ids": census.control_sent["ihave_ids"],
+        "eager_per_delivery": census.transmissions / len(hops) if hops else None,
+        "lazy_per_delivery": census.control_sent["ihave_ids"] / len(hops) if hops else None,
+        "grafts": grafts, "repairs": len(asked), "repaired": len(times),
+        "unrepaired": sum(1 for k in asked if k not in first),
+        "repair_p50_s": _pct(times, 50), "repair_p90_s": _pct(times, 90), "repair_max_s": max(times, default=None),
+        "neighbor_ups": ups, "neighbor_downs": downs,
+        **_active_degree(run, rows, census),
+    }
+
+
+def _pct(values: list, q: float) -> float | None:
+    return float(np.percentile(np.array(values, dtype=np.float64), q)) if values else None
+
+
+def repair_after_loss(run: Path, census: Census) -> dict:
+    """summary.json's `repair_after_loss` counted by hand: per node_down,
+    seconds to the last first delivery of the first message published at
+    or after it that reached every expected recipient."""
+    complete = sorted((census.publish_ts[m], max(got.values())) for m, got in census.expected_by_msg.items()
+                      if got and all(v is not None for v in got.values()))
+    per_loss = []
+    for node, ts in sorted(_node_downs(run), key=lambda d: (d[1], d[0])):
+        done = next((end for pub, end in complete if pub >= ts), None)
+        per_loss.append({"node": node, "t_s": (ts - run_t0(run)) / 1e9,
+                         "repair_s": (done - ts) / 1e9 if done is not None else None})
+    times = [a["repair_s"] for a in per_loss if a["repair_s"] is not None]
+    return {"losses": len(per_loss), "unrepaired": len(per_loss) - len(times), "p50_s": _pct(times, 50),
+            "max_s": max(times, default=None), "per_loss": per_loss}
+
+
+def _active_degree(run: Path, rows: dict[str, list[dict[str, str]]], census: Census) -> dict:
+    """Each node's active view replayed (emptied at its node_down) at every
+    whole second since t0 it was up and subscribed to its topic."""
+    t0, end = run_t0(run), max(int(r["time_ns"]) for rs in rows.values() for r in rs)
+    for ev in _events(run):
+        end = max(end, int(ev["t_ns"]))
+    down, lost = _down_intervals(run), defaultdict(list)
+    for node, ts in _node_downs(run):
+        lost[node].append(ts)
+    topics_of = {n["name"]: list(n.get("topics") or []) for n in _topology_nodes(run)}
+    samples = []
+    for node, rs in rows.items():
+        steps = sorted([(ts, 0, None) for ts in lost[node]] + [(int(r["time_ns"]), 1, r) for r in rs],
+                       key=lambda s: (s[0], s[1]))
+        view: dict[str, str] = {}
+        i = 0
+        for k in range(math.ceil((end - t0) / 1e9) + 1):
+            at = t0 + k * 10**9
+            while i < len(steps) and steps[i][0] <= at:
+                r = steps[i][2]
+                if r is None:
+                    view.clear()
+                elif r["event"] == "neighbor_up":
+                    view[r["peer"]] = r["link"]
+                elif r["event"] == "neighbor_down":
+                    view.pop(r["peer"], None)
+                i += 1
+            topic = rs[0]["topic"] if rs else ""
+            up = not any(a <= at < b for a, b in down.get(node, ()))
+            if up and _subscribed(node, topic, at, census.joins, topics_of):
+                randoms = sum(1 for link in view.values() if link == "random")
+                samples.append((randoms, len(view) - randoms))
+    degree = [a + b for a, b in samples]
+    return {
+        "active_degree_mean": sum(degree) / len(degree) if degree else None,
+        "active_degree_min": min(degree, default=None), "active_degree_max": max(degree, default=None),
+        "active_random_mean": sum(a for a, _ in samples) / len(samples) if samples else None,
+        "active_near_mean": sum(b for _, b in samples) / len(samples) if samples else None,
+    }
+

@@ -6,6 +6,7 @@ Split by concept:
     data.py           what the report reads from a run directory
     charts.py         metrics -> chart specs (one function per chart)
     attack.py         the "Under attack" section of a run with sybils
+    tree.py           a broadcast tree's figures (episub): side by side, and per run
     overlay.py        the overlay, meshes and per-node figures as graph specs
     dissemination.py  a message's first-delivery tree as a graph spec
     specs.py          the spec vocabulary; colours.py: one colour per group
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import jinja2
 
-from analysis.report import attack, charts, colours, dissemination, overlay, tables
+from analysis.report import attack, charts, colours, dissemination, overlay, tables, tree
 from analysis.report.data import RunData, load
 from analysis.report.draw import svg
 from analysis.report.specs import Figure, GraphChart, Panels
@@ -48,6 +49,8 @@ def _sections(d: RunData) -> list[tuple[str, str, list[dict]]]:
                 _drawn([charts.reached_over_time(d, c), *dissemination.tree_pictures(d, c)])))
     if d.summary.get("sybils"):
         out.append(("attack", "Under attack: sybils in honest meshes, and their scores", _drawn(attack.figures(d))))
+    if d.summary.get("tree"):
+        out.append(("tree", "The broadcast tree: active views, hops and repairs", _drawn([tree.active_view_degree(d)])))
     if (panels := charts.implementation_panels(d, c)) is not None:
         out.append(("implementations", "Per implementation", _drawn([panels])))
     out.append(("charts", "Charts", _drawn([chart(d, c) for chart in charts.RUN_CHARTS])))
@@ -76,7 +79,8 @@ def render_report(runs: list[RunDir]) -> str:
     comparison = None
     if multi:
         heads, rows = tables.comparison(datas)
-        comparison = {"heads": heads, "rows": rows, "figures": _drawn(charts.comparison(datas))}
+        comparison = {"heads": heads, "rows": rows, "tree": tree.comparison(datas),
+                      "figures": _drawn(charts.comparison(datas))}
     return _ENV.get_template("report.html.j2").render(
         names=", ".join(d.run.name for d in datas), subtitle=subtitle, comparison=comparison,
         runs=[_run(d) for d in datas], css=(TEMPLATES / "report.css").read_text(encoding="utf-8"),

@@ -14,7 +14,7 @@ from node.trace.vocab import RunEvent
 # metrics/<name>.parquet tables the report reads (docs/metrics.md)
 TABLES = ("latency_cdf", "timeseries_delivery", "timeseries_control", "mesh_degree", "mesh_degree_hist",
           "duplicates_hist", "nodes", "messages", "deliveries", "first_deliveries", "mesh_links",
-          "mesh_churn", "scores", "mesh_sybils", "sybil_scores")
+          "mesh_churn", "scores", "mesh_sybils", "sybil_scores", "tree_degree")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from node.trace.tree import TreeEvent
 from node.trace.vocab import TraceType
 from node.wire.rpc import (
     Control,
@@ -67,7 +68,9 @@ class Output:
     scores its peers, each peer's score and components (node/trace/scores.py's
     columns after time and peer). `wakeups`: times (ns) at which the
     runtime must call the router's `wake`, for work it finishes later (a
-    message whose topic validation takes time)."""
+    message whose topic validation takes time). `tree`: episub's trace
+    extension, the tree and view events go's format has no place for
+    (node/trace/tree.py), written beside the trace by the runtime."""
 
     sends: tuple[tuple[PeerId, Rpc], ...] = ()
     deliveries: tuple[Message, ...] = ()
@@ -75,6 +78,7 @@ class Output:
     dials: tuple[PeerId, ...] = ()
     scores: tuple[tuple[PeerId, tuple[float, ...]], ...] = ()
     wakeups: tuple[int, ...] = ()
+    tree: tuple[TreeEvent, ...] = ()
 
 
 class Router(Protocol):

@@ -30,6 +30,7 @@ class EngineKind:
     the router keeps no mesh), and its default; `mesh_any_topic`: the router
     meshes with peers whatever their topics (simsub's single overlay);
     `scores_peers`: the router keeps peer scores (node/trace/scores.py);
+    `traces_tree`: it emits the tree extension (node/trace/tree.py);
     `validation_delay`: it can take a per-topic validation delay."""
 
     name: str
@@ -40,6 +41,7 @@ class EngineKind:
     mesh_any_topic: bool = False
     scores_peers: bool = False  # records peer scores each heartbeat (gossipsub v1.1+)
     validation_delay: bool = True
+    traces_tree: bool = False  # writes tree/<node>.csv (episub)
 
     @property
     def dials_on_send(self) -> bool:
@@ -84,7 +86,7 @@ ROUTERS: dict[str, EngineKind] = {
                                  scores_peers=True),
     "simsub": EngineKind("simsub", SimSubParams, SimSubRouter, mesh_low_key="N_low", mesh_any_topic=True,
                          validation_delay=False),
-    "episub": EngineKind("episub", EpisubParams, EpisubRouter, validation_delay=False),
+    "episub": EngineKind("episub", EpisubParams, EpisubRouter, validation_delay=False, traces_tree=True),
 }
 
 

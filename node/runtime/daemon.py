@@ -80,6 +80,7 @@ from node.runtime.lag import LagMeter
 from node.runtime.peer import PeerLink
 from node.shaping.shaper import LinkShaper, Uplink
 from node.trace.scores import ScoreFile
+from node.trace.tree import TreeFile
 from node.trace.file import TraceWriter, rpc_event
 from node.wire.rpc import Rpc, RpcDecoder, encode_rpc
 
@@ -132,6 +133,7 @@ class Node:
         self.shaping = {peer_id_from_b58(pid): shape for pid, shape in cfg.shaping.items()}
         self.trace = trace or TraceWriter(Path(cfg.trace_path), cfg.peer_id)
         self.scores = ScoreFile(Path(cfg.scores_path)) if cfg.scores_path else None
+        self.tree = TreeFile(Path(cfg.tree_path), flush_each=True) if cfg.tree_path else None  # a kill loses none
         self.lag = LagMeter()
         self.lag_path = Path(cfg.lag_path or cfg.trace_path + ".lag.json")
         self.uplink = Uplink(cfg.uplink_bps)
@@ -189,8 +191,9 @@ class Node:
                 nursery.cancel_scope.cancel()
         finally:
             self.trace.close()
-            if self.scores is not None:
-                self.scores.close()
+            for side_file in (self.scores, self.tree):
+                if side_file is not None:
+                    side_file.close()
             self.lag.write(self.lag_path, self.name)
             log.info("%s stopped (%s)", self.name, dict(self.counters))
 
@@ -505,6 +508,8 @@ class Node:
             self.counters["delivered"] += len(out.deliveries)
         if out.scores and self.scores is not None:
             self.scores.write(now, out.scores)
+        if out.tree and self.tree is not None:
+            self.tree.write(now, out.tree)
         if events and not self.trace_error:  # after a failed write nothing more: the trace stays readable
             try:
                 self.trace.write(events)

@@ -12,6 +12,7 @@ from typing import Any
 
 from node.config import NodeConfig, PeerAddress
 from node.dilation import DilatedClock
+from node.trace.tree import TREE_DIR
 from orchestrator.backends.api import NodeAddress
 from orchestrator.experiment.model import AdversarySpec, ResolvedExperiment
 from orchestrator.routers.kinds import kind_of
@@ -84,6 +85,7 @@ def build_configs(
             uplink_bps=None if caps.kernel_rate else spec.uplink_bps,
             lag_path=str(run_dir / "node-logs" / f"{me}.lag.json"),
             scores_path=str(run_dir / "scores" / f"{me}.csv") if kind_of(spec.router).engine.scores_peers else "",
+            tree_path=str(run_dir / TREE_DIR / f"{me}.csv") if kind_of(spec.router).engine.traces_tree else "",
             security=resolved.security, authenticity=resolved.authenticity, message_id=resolved.message_id,
             validation_delay=dict(resolved.validation_delay),
             time_dilation=clock.factor, clock_epoch_ns=clock.epoch_ns,

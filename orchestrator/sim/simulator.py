@@ -154,8 +154,8 @@ class Simulator:
         if self.counts is not None:
             self._count(node, out)
         if not out.sends:
-            if node.traced and (out.trace or out.scores):
-                self.sink.write(node.name, node.peer_id, out.trace, (self.now, out.scores))
+            if node.traced and (out.trace or out.scores or out.tree):
+                self.sink.write(node.name, node.peer_id, out.trace, (self.now, out.scores), out.tree)
             return
         now = self.now
         stats = self.stats
@@ -178,7 +178,7 @@ class Simulator:
             elif getattr(node.engine, "dials_on_send", False) and (dst := self.dials.hold(node.name, peer, rpc)):
                 self._push(now + self._latency(node.name, dst), _CONNECT, node.name, dst)
         if events is not None:
-            self.sink.write(node.name, node.peer_id, events, (now, out.scores))
+            self.sink.write(node.name, node.peer_id, events, (now, out.scores), out.tree)
 
     def _count(self, node: SimNode, out: Output) -> None:
         """Every node's trace events, counted by type, traced or not."""

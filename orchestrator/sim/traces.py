@@ -2,7 +2,8 @@
 go-libp2p-pubsub's PBTracer writes them, appended to traces/<node>.pb, with
 the encoding done beside the simulation rather than in its way; and the
 per-heartbeat peer scores of routers that score, in scores/<node>.csv
-(node/trace/scores.py)."""
+(node/trace/scores.py), and episub's tree extension, in tree/<node>.csv
+(node/trace/tree.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from node.engine.api import TraceEvent
 from node.trace.scores import ScoreFile, ScoreRows
 from node.trace.file import EventEncoder
+from node.trace.tree import TREE_DIR, TreeEvent, TreeFile
 from node.wire.rpc import PeerId
 
 TRACE_CHUNK_EVENTS = 250_000
@@ -38,10 +40,17 @@ class TraceSink:
         self._child: int | None = None
         self._in_child: dict[str, tuple[PeerId, list[TraceEvent]]] = {}
         self._score_files: dict[str, ScoreFile] = {}
+        self._tree_files: dict[str, TreeFile] = {}
 
     def write(self, node: str, peer_id: PeerId, events: Sequence[TraceEvent],
-              scores: tuple[int, ScoreRows] = (0, ())) -> None:
-        """`scores`: the time and rows of a heartbeat's peer scores."""
+              scores: tuple[int, ScoreRows] = (0, ()), tree: Sequence[TreeEvent] = ()) -> None:
+        """`scores`: the time and rows of a heartbeat's peer scores; `tree`:
+        the tree extension's events, at that same time."""
+        if tree:
+            tree_file = self._tree_files.get(node)
+            if tree_file is None:
+                tree_file = self._tree_files[node] = TreeFile(self.dir.parent / TREE_DIR / f"{node}.csv")
+            tree_file.write(scores[0], tree)
         if scores[1]:
             score_file = self._score_files.get(node)
             if score_file is None:
@@ -58,8 +67,8 @@ class TraceSink:
     def close(self) -> None:
         """Write out everything collected so far and wait for it."""
         self._hand_off(background=False)
-        for score_file in self._score_files.values():
-            score_file.close()
+        for side_file in (*self._score_files.values(), *self._tree_files.values()):
+            side_file.close()
 
     def _hand_off(self, background: bool) -> None:
         self._wait()

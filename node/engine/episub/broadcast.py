@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from node.engine.api import NS, TraceType
 from node.engine.episub.output import EpisubOut
 from node.engine.episub.params import EpisubParams
+from node.trace import tree
 from node.wire.episub import Gossip, Graft, IHave, MessageSummary, Prune
 from node.wire.rpc import Message, MessageId, PeerId
 
@@ -149,7 +150,10 @@ class Broadcast:
                 if cached is not None and cached.parent is not None:
                     self.optimize_tree(out, cached.parent, cached.hops, [(sender, summary.hops)])
                 continue
-            entry = self.missing.setdefault(summary.id, Missing())
+            entry = self.missing.get(summary.id)
+            if entry is None:
+                entry = self.missing[summary.id] = Missing()
+                out.extension(tree.MISSING, self.topic, sender, message_id=summary.id, hops=summary.hops)
             entry.announcements.append((sender, summary.hops))
 
     def missing_timer(self, out: EpisubOut) -> None:
@@ -170,6 +174,7 @@ class Broadcast:
             entry.announcements.append((peer, hops))
             entry.grafts += 1
             grafts.setdefault(peer, []).append(mid)
+            out.extension(tree.GRAFT, self.topic, peer, message_id=mid)
         for peer, mids in grafts.items():
             if peer in self.lazy or peer in self.eager:
                 self._make_eager(out, peer)

@@ -45,6 +45,7 @@ from node.wire.episub import (
     ShuffleReply,
     Topics,
 )
+from node.trace import tree
 from node.wire.rpc import Message, PeerId
 
 
@@ -169,6 +170,7 @@ class EpisubRouter:
         out.deliver(msg, self.peer_id)
         overlay = self.overlays.get(msg.topic)
         if overlay is not None:
+            out.extension(tree.DELIVER, msg.topic, self.peer_id, message_id=msg.id, hops=0)
             overlay.broadcast.publish(out, msg)
         return out.build()
 
@@ -194,6 +196,7 @@ class EpisubRouter:
             return
         self.seen.add(out.now, msg.id)
         out.deliver(msg, sender)
+        out.extension(tree.DELIVER, msg.topic, sender, message_id=msg.id, hops=g.hops)
         overlay.broadcast.on_gossip(out, sender, g)
 
     def handle_rpc(self, now: int, peer: PeerId, rpc: EpisubRpc) -> Output:  # type: ignore[override]

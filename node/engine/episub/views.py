@@ -27,6 +27,7 @@ from node.engine.episub.output import EpisubOut
 from node.engine.episub.params import EpisubParams
 from node.engine.episub.proximity import RttTable
 from node.engine.pubsub import sample_sorted
+from node.trace import tree
 from node.wire.episub import (
     Disconnect,
     ForwardJoin,
@@ -104,11 +105,14 @@ class Membership:
         self.pending.pop(peer, None)
         self.active[peer] = random_link
         self.joins_out = max(0, self.joins_out - random_link)
+        out.extension(tree.NEIGHBOR_UP, self.topic, peer, link=tree.RANDOM if random_link else tree.NEAR)
         self.neighbor_up(out, peer)
 
     def _remove_active(self, out: EpisubOut, peer: PeerId, to_passive: bool) -> bool:
-        if self.active.pop(peer, None) is None:
+        random_link = self.active.pop(peer, None)
+        if random_link is None:
             return False
+        out.extension(tree.NEIGHBOR_DOWN, self.topic, peer, link=tree.RANDOM if random_link else tree.NEAR)
         self.lists.pop(peer, None)
         if to_passive:
             self._add_passive((peer,))

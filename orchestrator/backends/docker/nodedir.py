@@ -35,6 +35,7 @@ TRACE = "trace.pb"
 LAG = "lag.json"
 LOG = "node.log"
 SCORES = "scores.csv"
+TREE = "tree.csv"
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,11 @@ def prepare(run_dir: Path, config: NodeConfig, user: NodeUser) -> NodeConfig:
     _link(str(run_dir / "node-logs" / f"{config.name}.log"), d / LOG, run_dir, "log")
     if config.scores_path:
         _link(config.scores_path, d / SCORES, run_dir, "scores_path")
+    if config.tree_path:
+        _link(config.tree_path, d / TREE, run_dir, "tree_path")
     seen = dataclasses.replace(config, trace_path=inside(TRACE), lag_path=inside(LAG),
-                               scores_path=inside(SCORES) if config.scores_path else "")
+                               scores_path=inside(SCORES) if config.scores_path else "",
+                               tree_path=inside(TREE) if config.tree_path else "")
     cfg = d / CONFIG
     fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the testbed token
     with os.fdopen(fd, "w") as f:

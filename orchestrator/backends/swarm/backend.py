@@ -225,7 +225,7 @@ class SwarmBackend(Backend):
         self._tasks.pop(node, None)
         self._control_clients.pop(node, None)
         seen = dataclasses.replace(config, listen_host="0.0.0.0", control_host="0.0.0.0",
-                                   trace_path=f"{MOUNT}/trace.pb", lag_path=f"{MOUNT}/lag.json", scores_path="")
+                                   trace_path=f"{MOUNT}/trace.pb", lag_path=f"{MOUNT}/lag.json", scores_path="", tree_path="")
         name = names.node_object_name(self.testbed, node)
         secret = self.swarm.client.secrets.create(
             name=f"{name}-{secrets.token_hex(4)}", data=seen.to_json().encode(), labels=self.labels(node))
