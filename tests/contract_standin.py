@@ -16,7 +16,7 @@ import sys
 
 from node.engine.authenticity import STRICT
 from node.wire.rpc import FIRST_8_BYTES
-from orchestrator.routers.kinds import ADAPTERS, PARAMS_KIND, PY_EVENTS, RouterKind
+from orchestrator.routers.kinds import ADAPTERS, CONTRACT_CARRIES, CONTRACT_PARAMS, PY_EVENTS, RouterKind
 
 STANDIN = "contract-standin"
 STANDIN_IMAGE = "gossip-testbed/contract-standin"
@@ -28,8 +28,8 @@ def standin_argv() -> list[str]:
 
 def register_standin(monkeypatch) -> None:
     monkeypatch.setitem(ADAPTERS, STANDIN, RouterKind(
-        STANDIN, "gossip-testbed-contract", True, True, PY_EVENTS, PARAMS_KIND, authenticities=(STRICT,),
-        message_ids=(FIRST_8_BYTES,), process="tests.contract_standin:standin_argv"))
+        STANDIN, "gossip-testbed-contract", True, True, PY_EVENTS, CONTRACT_PARAMS, authenticities=(STRICT,),
+        message_ids=(FIRST_8_BYTES,), process="tests.contract_standin:standin_argv", params_from=CONTRACT_CARRIES))
 
 
 def build_standin_image(router_image: str) -> str:

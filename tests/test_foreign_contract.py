@@ -162,9 +162,15 @@ def test_script_golden(tmp_path):
     # each edge once, dialled by the side started later: ours in order, then the bare images
     assert dialled == {"ours-0": [], "ours-1": [], "ours-2": ["ours-0"], "bare-0": ["ours-0"],
                        "bare-1": ["bare-0", "ours-1"]}
+    # v1.1/v1.2's at go's defaults, said explicitly; Dscore and Dout left to the router (D is 2)
     init = {"type": "initGossipSub", "gossipSubParams": {
         "D": 2, "Dlo": 1, "Dhi": 4, "Dlazy": 2, "HistoryLength": 5, "HistoryGossip": 3,
-        "HeartbeatInitialDelay": 100_000_000, "HeartbeatInterval": 700_000_000, "FanoutTTL": 60_000_000_000}}
+        "HeartbeatInitialDelay": 100_000_000, "HeartbeatInterval": 700_000_000, "FanoutTTL": 60_000_000_000,
+        "GossipFactor": 0.25, "GossipRetransmission": 3, "PrunePeers": 16, "PruneBackoff": 60_000_000_000,
+        "UnsubscribeBackoff": 10_000_000_000, "OpportunisticGraftTicks": 60, "OpportunisticGraftPeers": 2,
+        "GraftFloodThreshold": 10_000_000_000, "MaxIHaveLength": 5000, "MaxIHaveMessages": 10,
+        "IWantFollowupTime": 3_000_000_000, "IDontWantMessageThreshold": 1024, "MaxIDontWantLength": 10,
+        "MaxIDontWantMessages": 1000, "IDontWantMessageTTL": 3}}
     # node indices: ours-0..2 = 0..2, bare-0 = 3, bare-1 = 4
     assert node_script(resolved, "bare-0", dialled) == [
         init, {"type": "subscribeToTopic", "topicID": "t"}, {"type": "connect", "connectTo": [0]}]

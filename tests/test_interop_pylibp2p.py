@@ -194,3 +194,45 @@ def test_pylibp2p_hosts_in_a_testbed_of_our_routers(tmp_path, monkeypatch, secur
     assert control["graft"] == {"send", "recv"}, control
     assert "recv" in control["prune"], control  # host A trimming its mesh
     assert control["ihave"] == control["iwant"] == {"send", "recv"}, control
+
+
+def test_pylibp2p_joins_our_v12_router_at_its_own_version(tmp_path, monkeypatch):
+    """Our gossipsub-v1.2 proposes /meshsub/1.2.0 first; py-libp2p 0.8.1 (as
+    its adapter runs it) speaks 1.1.0 and 1.0.0, so the two settle on 1.1.0,
+    as both sides record it, and messages cross both ways."""
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
+    store = StateStore(tmp_path / "state")
+    run_dir = tmp_path / "run"
+    for sub in ("traces", "node-logs"):
+        (run_dir / sub).mkdir(parents=True)
+    backend = ProcessBackend(BackendContext("interop-v12", run_dir, store))
+    resolved = dataclasses.replace(_experiment(), nodes=(
+        NodeSpec("n0", "default", "gossipsub-v1.2", {**RING, "D_out": 1, "D_score": 2}, (TOPIC,), 100),), edges=())
+    configs = build_configs(resolved, backend.prepare(["n0"]), backend.shaping_capabilities(), TOKEN, run_dir)
+    host = None
+    try:
+        backend.start(configs["n0"])
+        client = ControlClient(configs["n0"].control_host, configs["n0"].control_port, TOKEN)
+        wait_for(lambda: client.try_call("status"), 20, "our router")
+        host = PyHost(1, "noise", [configs["n0"]], 1, run_dir)
+        wait_for(lambda: host.client.try_call("status"), START_S, "the py-libp2p host")
+        host.client.call("subscribe", topic=TOPIC)
+        wait_for(lambda: client.call("status")["mesh"].get(TOPIC), 30, "our router to mesh the host")
+        ours = bytes.fromhex(client.call("publish", topic=TOPIC, size=64, seq=1)["message_id"])
+        theirs = host.publish(2)
+        wait_for(lambda: ours in host.delivered() and client.call("status")["counters"]["delivered"] >= 1, 30,
+                 "a message each way")
+    finally:
+        if host is not None:
+            host.stop()
+        backend.stop("n0")
+        ProcessBackend.cleanup(None, store)
+    py_id = identity_for_index(1).peer_id
+    added = [ev.addPeer.proto for ev in read_trace(run_dir / "traces" / "n0.pb")
+             if ev.type == TraceType.ADD_PEER and ev.addPeer.peerID == py_id]
+    assert added == ["/meshsub/1.1.0"], added
+    theirs_added = [x["protocol"] for x in ndjson(host.stdout) if x["msg"] == "Peer Added"]
+    assert theirs_added == ["/meshsub/1.1.0"], theirs_added
+    delivered = {ev.deliverMessage.messageID for ev in read_trace(run_dir / "traces" / "n0.pb")
+                 if ev.type == TraceType.DELIVER_MESSAGE}
+    assert theirs in delivered

@@ -11,7 +11,8 @@ from node.engine.authenticity import ANONYMOUS, MODES
 from node.engine.registry import ROUTERS
 from node.errors import BackendUnavailable
 from node.wire.rpc import FIRST_8_BYTES, MESSAGE_ID_FUNCTIONS
-from orchestrator.routers.kinds import ADAPTERS, OURS, PARAMS_KIND, image_router, kind_of
+from orchestrator.routers.foreign_params import ForeignParams
+from orchestrator.routers.kinds import ADAPTERS, OURS, image_router, kind_of
 
 
 @pytest.mark.parametrize("router", sorted(ROUTERS))
@@ -30,7 +31,7 @@ def test_adapters_are_foreign_with_a_control_endpoint(router):
     kind = kind_of(router)
     assert (kind.foreign, kind.control, kind.scripted) == (True, True, False)
     assert not kind.dilatable and not kind.takes_injection
-    assert kind.engine is PARAMS_KIND and kind.builder and kind.process
+    assert issubclass(kind.engine.params, ForeignParams) and kind.builder and kind.process and kind.params_from
     assert kind.trace_events is not None and "DELIVER_MESSAGE" in kind.trace_events
 
 

@@ -46,12 +46,7 @@ class GossipSubV11Params(GossipSubParams, ScoreThresholds, PeerScoreWeights, Top
         ScoreThresholds.check(self)
         PeerScoreWeights.check(self)
         TopicScoreParams.check(self)
-        if not 0 <= self.D_out < self.D_low or self.D_out > self.D // 2:
-            raise ValueError(
-                f"D_out must be below D_low and at most D/2, got D_out={self.D_out}, D_low={self.D_low}, D={self.D}"
-            )
-        if not 0 <= self.D_score <= self.D:
-            raise ValueError(f"D_score must be between 0 and D, got D_score={self.D_score}, D={self.D}")
+        self.check_mesh_quotas()
         if not 0.0 <= self.GossipFactor <= 1.0:
             raise ValueError(f"GossipFactor must be in [0.0, 1.0], got {self.GossipFactor}")
         for name in ("PruneBackoff", "UnsubscribeBackoff", "IWantFollowupTime", "GraftFloodThreshold"):
@@ -63,6 +58,15 @@ class GossipSubV11Params(GossipSubParams, ScoreThresholds, PeerScoreWeights, Top
                 raise ValueError(f"{name} must not be negative")
         if self.OpportunisticGraftTicks < 1:
             raise ValueError(f"OpportunisticGraftTicks must be at least 1, got {self.OpportunisticGraftTicks}")
+
+    def check_mesh_quotas(self) -> None:
+        """D_out and D_score against D_low and D ("Outbound Mesh Quotas")."""
+        if not 0 <= self.D_out < self.D_low or self.D_out > self.D // 2:
+            raise ValueError(
+                f"D_out must be below D_low and at most D/2, got D_out={self.D_out}, D_low={self.D_low}, D={self.D}"
+            )
+        if not 0 <= self.D_score <= self.D:
+            raise ValueError(f"D_score must be between 0 and D, got D_score={self.D_score}, D={self.D}")
 
     def thresholds(self) -> ScoreThresholds:
         return ScoreThresholds(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ScoreThresholds)})

@@ -216,8 +216,8 @@ class _Checker:
         values: dict[str, Any] = {}
         for key, x in (value or {}).items():
             if key not in known and kind_of(router).foreign and key in kind.fixed:
-                raise self.err(where_of[key], f"{kind_of(router).implementation} cannot be given {key}: go's GossipSubParams, "
-                               f"the contract's parameters, has no counterpart (it takes: {', '.join(known)})")
+                raise self.err(where_of[key], f"{kind_of(router).implementation} cannot be given {key}: "
+                               f"{kind_of(router).params_from} has no counterpart (it takes: {', '.join(known)})")
             if key not in known:
                 raise self.err(where_of[key], f"unknown key; expected one of: {', '.join(known)} (the parameters of {router})")
             signed = fields[key].metadata.get("signed", False)

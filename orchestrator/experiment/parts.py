@@ -21,7 +21,7 @@ from node.engine.authenticity import check_combination
 from orchestrator.experiment.network_presets import PRESETS, NetworkPreset
 from node.engine.registry import ROUTERS
 from orchestrator.experiment import values as v
-from orchestrator.routers.kinds import ADAPTERS, CONTRACT, IMAGE_PREFIX, PARAMS_KIND, image_router
+from orchestrator.routers.kinds import ADAPTERS, CONTRACT, CONTRACT_PARAMS, IMAGE_PREFIX, image_router
 from orchestrator.experiment.yamlsrc import Path_
 
 
@@ -155,7 +155,7 @@ def router_params_schema(schema: dict[str, Any]) -> None:
     """Each router's parameters, from the router registry's dataclasses."""
     variants = []
     kinds = [({"const": name}, kind) for name, kind in ROUTERS.items()]
-    kinds += [({"const": name}, PARAMS_KIND) for name in ADAPTERS] + [({"type": "object"}, PARAMS_KIND)]
+    kinds += [({"const": name}, kind.engine) for name, kind in ADAPTERS.items()] + [({"type": "object"}, CONTRACT_PARAMS)]
     for router, kind in kinds:
         props = {}
         for f in dataclasses.fields(kind.params):

@@ -3,7 +3,8 @@
 script_instruction.py), compiled from the resolved experiment.
 
 A node's script is: initGossipSub (its router parameters in go's names,
-orchestrator/go_params.py), setTopicValidationDelay for each of its topics
+node/interop/go_params.py; for a kind that scores, its score parameters
+too), setTopicValidationDelay for each of its topics
 that the experiment gives a validation delay, subscribeToTopic for each of
 its topics, connect to the peers it dials (each overlay edge is dialled once, by the side
 `orchestrator.routers.nodeconfigs.dials` picks for everyone), and, for a bare image
@@ -32,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.experiment.model import Publish, ResolvedExperiment
-from node.interop.go_params import go_gossipsub_params
+from node.interop.go_params import go_gossipsub_params, go_peer_score
 from orchestrator.routers.peers import node_indices
 
 Instruction = dict[str, Any]
@@ -52,7 +53,8 @@ def node_script(
     `start_s` (the workload-clock time it starts at)."""
     spec = resolved.node(name)
     index = node_indices(resolved)
-    script: list[Instruction] = [{"type": "initGossipSub", "gossipSubParams": go_gossipsub_params(spec.params)}]
+    script: list[Instruction] = [{"type": "initGossipSub", "gossipSubParams": go_gossipsub_params(spec.params),
+                                  **go_peer_score(spec.params, spec.topics)}]
     script += [{"type": "setTopicValidationDelay", "topicID": t, "delaySeconds": resolved.validation_delay[t]}
                for t in spec.topics if t in resolved.validation_delay]
     script += [{"type": "subscribeToTopic", "topicID": t} for t in spec.topics]

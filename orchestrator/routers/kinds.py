@@ -18,24 +18,28 @@ py-libp2p 0.8.1 strict only, since its Pubsub.publish always sets from and
 seqno (strict_signing=False only drops the signature), which StrictNoSign
 peers reject.
 
-Every foreign kind takes the gossipsub parameters go has names for
-(node/interop/go_params.py) and meshes like gossipsub (D_low is its low-water
+Every foreign kind takes gossipsub v1.2's parameters as far as its contract
+or adapter carries them to the router (orchestrator/routers/foreign_params.py;
+go's names: node/interop/go_params.py), and meshes like gossipsub (D_low is its low-water
 mark), so the controller's readiness treats it as a gossipsub router.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from node.engine.authenticity import ANONYMOUS, MODES, STRICT
-from node.engine.gossipsub import GossipSubParams, GossipSubRouter
+from node.engine.gossipsub import GossipSubRouter
 from node.engine.registry import ROUTERS, EngineKind
 from node.trace.vocab import TraceType
 from orchestrator.errors import BackendUnavailable, InputError
-from node.interop.go_params import unmapped_defaults
+from orchestrator.routers.foreign_params import (
+    CONTRACT_TAKES, PY_FIXED, PY_TAKES, RUST_TAKES, ForeignParams, RustLibp2pParams,
+)
 from node.wire.rpc import FIRST_8_BYTES, MESSAGE_ID_FUNCTIONS
 
 IMAGE_PREFIX = "image:"
@@ -55,9 +59,22 @@ RUST_EVENTS: tuple[str, ...] = tuple(sorted({*CONTRACT_EVENTS, *(t.name for t in
     TraceType.LEAVE, TraceType.ADD_PEER, TraceType.REMOVE_PEER, TraceType.GRAFT, TraceType.PRUNE))}))
 PY_EVENTS: tuple[str, ...] = tuple(sorted({*RUST_EVENTS, TraceType.SEND_RPC.name, TraceType.RECV_RPC.name}))
 
-# The parameters of every foreign kind: gossipsub's, with what go cannot be
-# told fixed at the defaults.
-PARAMS_KIND = EngineKind("foreign", GossipSubParams, GossipSubRouter, {"gossip": True, **unmapped_defaults()}, "D_low")
+
+
+def foreign_engine(name: str, params: type, takes: frozenset[str], fixed: Mapping[str, Any] | None = None) -> EngineKind:
+    """A foreign kind's parameters: `params`' fields, those it cannot be told
+    (not in `takes`) fixed at their defaults or at `fixed`'s values."""
+    defaults = params()
+    pinned = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(params) if f.name not in takes}
+    return EngineKind(name, params, GossipSubRouter, {**pinned, "gossip": True, **(fixed or {})}, "D_low")
+
+
+# What test-plans' initGossipSub carries (go's GossipSubParams); a bare
+# image's and the contract stand-in's.
+CONTRACT_PARAMS = foreign_engine("contract", ForeignParams, CONTRACT_TAKES)
+RUST_PARAMS = foreign_engine("rust-libp2p", RustLibp2pParams, RUST_TAKES)
+PY_PARAMS = foreign_engine("py-libp2p", ForeignParams, PY_TAKES, PY_FIXED)
+CONTRACT_CARRIES = "test-plans' initGossipSub (go's GossipSubParams)"
 
 
 @dataclass(frozen=True)
@@ -75,7 +92,9 @@ class RouterKind:
     image's name; `authenticities`/`message_ids`: the wire settings it can
     run (node/engine/authenticity.py's modes, node/wire/rpc.py's id functions);
     `validation_delay`: it can hold a topic's messages in validation for a
-    while (test-plans' setTopicValidationDelay)."""
+    while (test-plans' setTopicValidationDelay); `params_from`: what carries
+    a foreign router's parameters to it (for the error that refuses one it
+    cannot take)."""
 
     router: str
     implementation: str
@@ -89,6 +108,7 @@ class RouterKind:
     process: str | None = None
     image: str | None = None
     validation_delay: bool = True
+    params_from: str = ""
 
     @property
     def dilatable(self) -> bool:
@@ -127,13 +147,15 @@ class RouterKind:
 
 ADAPTERS: dict[str, RouterKind] = {
     "rust-libp2p": RouterKind(
-        "rust-libp2p", "rust-libp2p", True, True, RUST_EVENTS, PARAMS_KIND, authenticities=(STRICT, ANONYMOUS),
+        "rust-libp2p", "rust-libp2p", True, True, RUST_EVENTS, RUST_PARAMS, authenticities=(STRICT, ANONYMOUS),
         message_ids=(FIRST_8_BYTES,), builder="orchestrator.images.rust:build_rust_image",
-        process="orchestrator.images.rust:rust_adapter_command"),
+        process="orchestrator.images.rust:rust_adapter_command",
+        params_from="its adapter (adapters/rust-libp2p/src/params.rs and score.rs)"),
     "py-libp2p": RouterKind(
-        "py-libp2p", "py-libp2p", True, True, PY_EVENTS, PARAMS_KIND, authenticities=(STRICT,),
+        "py-libp2p", "py-libp2p", True, True, PY_EVENTS, PY_PARAMS, authenticities=(STRICT,),
         message_ids=(FIRST_8_BYTES,), builder="orchestrator.images.pylibp2p:build_pylibp2p_image",
-        process="orchestrator.images.pylibp2p:pylibp2p_adapter_command", validation_delay=False),
+        process="orchestrator.images.pylibp2p:pylibp2p_adapter_command", validation_delay=False,
+        params_from="its adapter (adapters/py-libp2p/script.py) and py-libp2p 0.8.1"),
 }
 
 
@@ -158,8 +180,8 @@ def kind_of(router: str) -> RouterKind:
     if router in ADAPTERS:
         return ADAPTERS[router]
     if router.startswith(IMAGE_PREFIX):
-        return RouterKind(router, router, True, False, CONTRACT_EVENTS, PARAMS_KIND, authenticities=(ANONYMOUS,),
-                          message_ids=(FIRST_8_BYTES,), image=router[len(IMAGE_PREFIX):])
+        return RouterKind(router, router, True, False, CONTRACT_EVENTS, CONTRACT_PARAMS, authenticities=(ANONYMOUS,),
+                          message_ids=(FIRST_8_BYTES,), image=router[len(IMAGE_PREFIX):], params_from=CONTRACT_CARRIES)
     raise KeyError(router)
 
 

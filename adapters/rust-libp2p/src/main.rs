@@ -13,6 +13,7 @@ mod node;
 mod nodeconfig;
 mod out;
 mod params;
+mod score;
 mod script;
 mod tap;
 
@@ -121,9 +122,13 @@ fn main() {
         builder.validate_messages();
     }
     let gossipsub_config = builder.build().unwrap_or_else(|e| bad_input(&format!("initGossipSub: {e}")));
+    let peer_score = script::peer_score(&script)
+        .map(|(params, thresholds)| Ok::<_, String>((score::params(&params)?, score::thresholds(&thresholds)?)))
+        .transpose()
+        .unwrap_or_else(|e| bad_input(&e));
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-    let code = runtime.block_on(run(config, index, script, delays, gossipsub_config, anonymous, tap, start));
+    let code = runtime.block_on(run(config, index, script, delays, gossipsub_config, peer_score, anonymous, tap, start));
     std::process::exit(code);
 }
 
@@ -133,6 +138,7 @@ async fn run(
     script: Vec<script::Instruction>,
     delays: HashMap<String, Duration>,
     gossipsub_config: gossipsub::Config,
+    peer_score: Option<(gossipsub::PeerScoreParams, gossipsub::PeerScoreThresholds)>,
     anonymous: bool,
     tap: SharedTap,
     start: Instant,
@@ -140,10 +146,13 @@ async fn run(
     let key = keypair_for_index(index);
     let authenticity =
         if anonymous { MessageAuthenticity::Anonymous } else { MessageAuthenticity::Signed(key.clone()) };
-    let gossipsub = match gossipsub::Behaviour::new(authenticity, gossipsub_config) {
+    let mut gossipsub = match gossipsub::Behaviour::new(authenticity, gossipsub_config) {
         Ok(gossipsub) => gossipsub,
         Err(e) => bad_input(&format!("gossipsub: {e}")),
     };
+    if let Some((params, thresholds)) = peer_score {
+        gossipsub.with_peer_score(params, thresholds).unwrap_or_else(|e| bad_input(&format!("initGossipSub: peer score: {e}")));
+    }
     let swarm = libp2p::SwarmBuilder::with_existing_identity(key)
         .with_tokio()
         .with_tcp(tcp::Config::default().nodelay(true), noise::Config::new, yamux::Config::default);

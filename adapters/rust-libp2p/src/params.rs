@@ -32,6 +32,10 @@ fn count(key: &str, value: &Value) -> Result<usize, String> {
         .ok_or_else(|| format!("initGossipSub: {key} must be a non-negative integer, not {value}"))
 }
 
+fn flag(key: &str, value: &Value) -> Result<bool, String> {
+    value.as_bool().ok_or_else(|| format!("initGossipSub: {key} must be true or false, not {value}"))
+}
+
 fn nanos(key: &str, value: &Value) -> Result<Duration, String> {
     match value.as_f64() {
         Some(ns) if ns >= 0.0 && ns.is_finite() => Ok(Duration::from_nanos(ns as u64)),
@@ -71,6 +75,13 @@ pub fn config_builder(params: &Map<String, Value>) -> Result<(ConfigBuilder, Vec
             "MaxIHaveMessages" => { builder.max_ihave_messages_heartbeat(count(k, value)?); }
             "IWantFollowupTime" => { builder.iwant_followup_time(nanos(k, value)?); }
             "IDontWantMessageThreshold" => { builder.idontwant_message_size_threshold(count(k, value)?); }
+            // go's WithFloodPublish and WithPeerExchange options, by these names
+            "FloodPublish" => { builder.flood_publish(flag(k, value)?); }
+            "DoPX" => {
+                if flag(k, value)? {
+                    builder.do_px();
+                }
+            }
             _ if UNSUPPORTED.contains(&k) => warnings.push(format!("{k}: rust-libp2p gossipsub has no such setting")),
             _ => warnings.push(format!("{k}: not a go GossipSubParams name this adapter knows")),
         }
@@ -111,6 +122,29 @@ mod tests {
         assert_eq!(config.fanout_ttl(), Duration::from_secs(60));
         assert_eq!(config.mesh_outbound_min(), 1);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
+    }
+
+    #[test]
+    fn v11_and_v12_names() {
+        let (config, warnings) = build(
+            r#"{"D": 6, "Dlo": 4, "Dhi": 12, "Dscore": 3, "Dout": 1, "PrunePeers": 7, "PruneBackoff": 30000000000,
+                "UnsubscribeBackoff": 5000000000, "OpportunisticGraftTicks": 30, "OpportunisticGraftPeers": 3,
+                "GraftFloodThreshold": 8000000000, "MaxIHaveMessages": 4, "IWantFollowupTime": 2000000000,
+                "GossipRetransmission": 2, "IDontWantMessageThreshold": 2048, "FloodPublish": false, "DoPX": true}"#,
+        )
+        .unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!((config.retain_scores(), config.mesh_outbound_min(), config.prune_peers()), (3, 1, 7));
+        assert_eq!(config.prune_backoff(), Duration::from_secs(30));
+        assert_eq!(config.unsubscribe_backoff(), Duration::from_secs(5));
+        assert_eq!((config.opportunistic_graft_ticks(), config.opportunistic_graft_peers()), (30, 3));
+        assert_eq!(config.graft_flood_threshold(), Duration::from_secs(8));
+        assert_eq!(config.max_ihave_messages_heartbeat(), 4);
+        assert_eq!(config.iwant_followup_time(), Duration::from_secs(2));
+        assert_eq!(config.gossip_retransimission(), 2);
+        assert_eq!(config.idontwant_message_size_threshold(), 2048);
+        assert!(!config.flood_publish() && config.do_px());
+        assert!(build(r#"{"FloodPublish": 1}"#).is_err());
     }
 
     #[test]

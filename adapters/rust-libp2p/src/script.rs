@@ -17,6 +17,12 @@ pub enum Instruction {
     InitGossipSub {
         #[serde(rename = "gossipSubParams", default)]
         gossip_sub_params: Map<String, Value>,
+        /// Our extension: go's PeerScoreParams; with it, the node scores.
+        #[serde(rename = "peerScoreParams", default)]
+        peer_score_params: Option<Map<String, Value>>,
+        /// Our extension: go's PeerScoreThresholds (absent: go's defaults).
+        #[serde(rename = "peerScoreThresholds", default)]
+        peer_score_thresholds: Option<Map<String, Value>>,
     },
     #[serde(rename = "connect")]
     Connect {
@@ -89,10 +95,21 @@ pub fn gossipsub_params(script: &[Instruction]) -> Map<String, Value> {
     script
         .iter()
         .find_map(|i| match i {
-            Instruction::InitGossipSub { gossip_sub_params } => Some(gossip_sub_params.clone()),
+            Instruction::InitGossipSub { gossip_sub_params, .. } => Some(gossip_sub_params.clone()),
             _ => None,
         })
         .unwrap_or_default()
+}
+
+/// The score parameters and thresholds of this node's first `initGossipSub`,
+/// when it gives score parameters (None: the node does not score).
+pub fn peer_score(script: &[Instruction]) -> Option<(Map<String, Value>, Map<String, Value>)> {
+    script.iter().find_map(|i| match i {
+        Instruction::InitGossipSub { peer_score_params: Some(params), peer_score_thresholds, .. } => {
+            Some((params.clone(), peer_score_thresholds.clone().unwrap_or_default()))
+        }
+        _ => None,
+    })
 }
 
 /// How long validating a message of each topic takes, from every
