@@ -196,7 +196,15 @@ def test_rust_adapter_with_our_router(tmp_path, monkeypatch, binary, authenticit
         for name, adapter in adapters.items():
             lines = adapter.lines()
             _check_contract_lines(lines, NAMES.index(name))
-            assert {i for i, _ in _received(lines)} == {"1", "2", "3"} - {"2" if name == "n1" else "3"}
+            own = "2" if name == "n1" else "3"
+            got = {i for i, _ in _received(lines)}
+            assert got - {own} == {"1", "2", "3"} - {own}
+            # Strict: our routers never send a message back to its author. Anonymous: there is no
+            # author to leave out (go's forwarding skips only the sender and the author too), so when
+            # a copy reaches one of ours first the long way round the ring, it goes on to its origin,
+            # a duplicate the contract logs as received (seen on a loaded box, 2 ms after the publish).
+            if authenticity == "strict":
+                assert own not in got
             published = [line["id"] for line in lines if line["msg"] == "Published Message"]
             assert published == (["2"] if name == "n1" else ["3"])
             grafted = {line["peer"] for line in lines if line["msg"] == "Graft"}
