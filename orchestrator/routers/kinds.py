@@ -60,7 +60,6 @@ RUST_EVENTS: tuple[str, ...] = tuple(sorted({*CONTRACT_EVENTS, *(t.name for t in
 PY_EVENTS: tuple[str, ...] = tuple(sorted({*RUST_EVENTS, TraceType.SEND_RPC.name, TraceType.RECV_RPC.name}))
 
 
-
 def foreign_engine(name: str, params: type, takes: frozenset[str], fixed: Mapping[str, Any] | None = None) -> EngineKind:
     """A foreign kind's parameters: `params`' fields, those it cannot be told
     (not in `takes`) fixed at their defaults or at `fixed`'s values."""
