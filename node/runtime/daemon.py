@@ -132,7 +132,7 @@ class Node:
         self.peer_ids = {name: pid for pid, name in self.names.items()}
         self.shaping = {peer_id_from_b58(pid): shape for pid, shape in cfg.shaping.items()}
         self.trace = trace or TraceWriter(Path(cfg.trace_path), cfg.peer_id)
-        self.scores = ScoreFile(Path(cfg.scores_path)) if cfg.scores_path else None
+        self.scores = ScoreFile(Path(cfg.scores_path), flush_each=True) if cfg.scores_path else None  # as the tree's
         self.tree = TreeFile(Path(cfg.tree_path), flush_each=True) if cfg.tree_path else None  # a kill loses none
         self.lag = LagMeter()
         self.lag_path = Path(cfg.lag_path or cfg.trace_path + ".lag.json")

@@ -19,10 +19,11 @@ ScoreRows = Sequence[tuple[PeerId, Sequence[float]]]
 
 
 class ScoreFile(CsvSideFile):
-    """Appends rows to one node's score file (node/trace/sidefile.py)."""
+    """Appends rows to one node's score file (node/trace/sidefile.py;
+    `flush_each` there)."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path, COLUMNS)
+    def __init__(self, path: Path, flush_each: bool = False) -> None:
+        super().__init__(path, COLUMNS, flush_each)
 
     def write(self, time_ns: int, rows: ScoreRows) -> None:
         if rows:
