@@ -1,6 +1,6 @@
 """episub against gossipsub v1.0 on one set-up, in the simulator, with the
 figures a multicast tree is judged by. For each variant of an experiment file
-(default topologies/episub-vs-gossipsub.yaml), the simulator's own counts:
+(default topologies/scale/episub-vs-gossipsub.yaml), the simulator's own counts:
 delivery ratio (deliveries to the nodes up and subscribed at publish time,
 publishers excepted), latency p50/p99, payload transmissions and DUPLICATE
 events per delivery, control messages; plus, per delivery, stretch: latency
@@ -135,7 +135,7 @@ def run_variant(name: str, resolved: Any) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("file", nargs="?", default=str(ROOT / "topologies" / "episub-vs-gossipsub.yaml"))
+    parser.add_argument("file", nargs="?", default=str(ROOT / "topologies" / "scale" / "episub-vs-gossipsub.yaml"))
     parser.add_argument("--variant", action="append", help="only this variant (repeatable)")
     parser.add_argument("--seed", type=int)
     args = parser.parse_args()
