@@ -1,7 +1,7 @@
 """Randomized kill benchmark of the docker backend's teardown: SIGKILL
 `testbed up`, `run` or `down` at a seeded random moment, then
 `testbed down --all`, and count what is left (containers, networks, volumes,
-live network namespaces, state records). The CI test runs 20 tries; this runs
+live network namespaces, state records). The CI test runs 12 tries; this runs
 50 by default and prints every try and the totals.
 
     .venv/bin/python bench/bench_teardown.py [--tries 50] [--seed 17] [--json]

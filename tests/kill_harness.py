@@ -1,5 +1,5 @@
 """The randomized kill test of the docker backend, shared by the CI test
-(tests/test_docker_killtest.py, 20 tries) and the bench script
+(tests/test_docker_killtest.py, 12 tries) and the bench script
 (bench/bench_teardown.py, 50 tries).
 
 One try: pick a command (`up`, `run` or `down`) and a moment with a seeded

@@ -1,4 +1,4 @@
-"""The randomized kill test (tests/kill_harness.py) in CI: 20 tries, each a
+"""The randomized kill test (tests/kill_harness.py) in CI: 12 tries, each a
 SIGKILL of `testbed up`, `run` or `down` at a seeded random moment, then
 `testbed down --all`; nothing that state directory made may be left. The
 moments are printed (pytest -s, or in the failure message) for replay; the
@@ -15,7 +15,7 @@ from tests.kill_harness import kill_tries
 
 pytestmark = [pytest.mark.docker, needs_docker]
 
-TRIES = 20
+TRIES = 12
 
 
 def test_sigkill_at_random_moments_then_down_all_leaves_nothing(tmp_path, node_image, capsys):
