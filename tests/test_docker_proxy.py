@@ -1,6 +1,7 @@
 """The shaping proxy on Docker: a foreign-like node (an echo server and a ping
 client in the router image, nothing of our router) behind the proxy sidecar.
-Its link latency at p50 is the configured one (+-2 ms) per destination,
+Its link latency at p50 is the configured one per destination (at most
+1 ms less, and at most the proxy's hops, 4 ms, more),
 both on connections it dials and on connections dialled to it; loss shows
 as retransmission delays; a restarted node is shaped again; garbage and a
 killed proxy leave nothing behind after `down`."""
@@ -39,6 +40,13 @@ from tests.docker_fixtures import (  # noqa: F401 - fixtures
 pytestmark = [pytest.mark.docker, needs_docker, needs_root]
 
 PORT = LISTEN_PORT  # where every container listens (the contract's 9000)
+# A shaped round trip is never faster than asked (to within the baseline's
+# noise), and the proxy's two user-space hops (a relay each way, trio's
+# timers on epoll's millisecond ceiling) add 1.0-1.5 ms on this 2-core box
+# when quiet and up to 3.4 ms on the dialled-to path at load average ~250
+# (docs/kernel-shaping.md); the manifest records the path as the proxy's.
+PROXY_EARLY_MS = 1.0
+PROXY_HOPS_MS = 4.0
 
 # The foreign-like node: echoes every byte on the config's listen port.
 ECHO = r"""
@@ -126,7 +134,7 @@ def test_foreign_link_latency_is_the_configured_one_at_p50_per_destination(docke
     print("p50 over the baseline (%.2f ms): " % base
           + ", ".join(f"{p} {excess[p]:.2f} ms (set {paths[p][2]})" for p in paths))
     for path, (_src, _dst, delay) in paths.items():
-        assert abs(excess[path] - delay) <= 2, (path, excess[path], delay)
+        assert -PROXY_EARLY_MS <= excess[path] - delay <= PROXY_HOPS_MS, (path, excess[path], delay)
 
 
 def test_loss_is_retransmission_delay_and_a_restarted_node_is_shaped_again(docker_backends) -> None:
