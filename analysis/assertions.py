@@ -65,27 +65,45 @@ def parse_assertion(text: str) -> Assertion:
 
 
 # The top-level keys of summary.json (docs/metrics.md): an expression naming
-# anything else is rejected before the analysis runs.
+# anything else is rejected before the analysis runs. tests/test_ready_files.py
+# checks every key of every ready file's summary against it.
 SUMMARY_KEYS = frozenset(
     """run backend nodes events messages expected_deliveries deliveries unexpected_deliveries
     delivery_ratio messages_lost messages_complete min_message_delivery_ratio latency_ms duplicates
     duplicates_per_message duplicates_per_delivery transmissions amplification control rpcs bytes
     load stretch lower_bound_available mesh_degree recovery recovery_max_s recovered_all t0_ns
-    duration_s trace_files analysis_wall_s
+    duration_s trace_files analysis_wall_s deliver_events expectations missing_files trace_integrity
+    trace_level implementations scores mesh_snapshots in_flight messages_propagating_at_end
+    rpcs_in_flight_at_end rpcs_unreceived
     latency_p50_ms latency_p90_ms latency_p99_ms latency_max_ms latency_mean_ms
     control_publish control_deliver control_graft control_prune control_ihave control_iwant
     stretch_p50 stretch_p90 stretch_p99 mesh_degree_mean mesh_degree_p50 mesh_degree_min
     mesh_degree_max rpcs_sent rpcs_received rpcs_dropped bytes_sent bytes_received bytes_dropped
-    load_gini load_max_over_mean dropped_rpcs""".split()
+    load_gini load_max_over_mean dropped_rpcs
+    sybils honest_expected_deliveries honest_deliveries honest_delivery_ratio honest_latency_p50_ms
+    honest_latency_p99_ms victims victim_expected_deliveries victim_deliveries victim_delivery_ratio
+    victim_latency_p50_ms victim_latency_p99_ms mesh_sybil_fraction_max mesh_sybil_fraction_mean
+    mesh_sybil_fraction_end victim_mesh_sybil_fraction_max victim_mesh_sybil_fraction_mean
+    victim_mesh_sybil_fraction_end victim_mesh_all_sybil_share""".split()
 )
+# Groups whose figures also have flat names, `<group>_<figure>`
+# (metrics.flat_aliases; a sampled run's exact counts, sampling.py).
+ALIASED_GROUPS = ("stayed_up", "idontwant", "prune", "mesh_churn", "repair_after_loss", "tree", "exact")
+
+
+def known_metric(metric: str) -> bool:
+    """Whether `metric` (a key, a dotted path or a flat alias) can be in a summary."""
+    top = metric.split(".")[0]
+    return top in SUMMARY_KEYS or top in ALIASED_GROUPS or any(top.startswith(g + "_") for g in ALIASED_GROUPS)
 
 
 def validate_assertion(text: str) -> Assertion:
     """Parse and check that the metric names a summary key (before any analysis)."""
     a = parse_assertion(text)
-    if a.metric.split(".")[0] not in SUMMARY_KEYS:
+    if not known_metric(a.metric):
         raise InputError(
-            f"bad assertion {text!r}: unknown metric {a.metric!r} (known: {', '.join(sorted(SUMMARY_KEYS))})"
+            f"bad assertion {text!r}: unknown metric {a.metric!r} (known: {', '.join(sorted(SUMMARY_KEYS))}, "
+            f"and the figures of {', '.join(ALIASED_GROUPS)} as <group>_<figure>)"
         )
     return a
 

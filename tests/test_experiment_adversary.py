@@ -17,6 +17,7 @@ import pytest
 
 from cli_helpers import run_cli
 from docker_fixtures import needs_docker
+from tests.spark_fixtures import requires_java
 from node.config import NodeConfig
 from node.engine.api import NS
 from node.trace.vocab import DROP_RPC
@@ -131,6 +132,27 @@ def test_the_simulator_runs_sybils_and_their_traces_show_what_they_withheld(tmp_
     topology = json.loads((out / "topology.json").read_text())
     by_name = {n["name"]: n for n in topology["nodes"]}
     assert by_name["s0"]["adversary"]["eclipse"] == ["h0"] and by_name["h0"]["adversary"] is None
+
+
+@requires_java
+def test_analyze_checks_an_attack_runs_own_expectations_and_asserts(tmp_path) -> None:
+    """`testbed analyze` (the console script) on a simulated attack run: the
+    experiment's expectations and --assert on the attack figures are checked,
+    not refused as unknown metrics (they were, 2026-12-02: its list of
+    summary keys had none of them)."""
+    out = tmp_path / "run"
+    text = FILE + "expectations:\n  - honest_delivery_ratio >= 0.5\n  - victim_mesh_sybil_fraction_end <= 1\n"
+    done = subprocess.run([TESTBED, "sim", str(write(tmp_path, text)), "--out", str(out), "--no-report"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    analysed = subprocess.run([TESTBED, "analyze", str(out), "--json", "--assert", "honest_latency_p99_ms < 60000",
+                               "--assert", "mesh_sybil_fraction_max <= 1"], capture_output=True, text=True, timeout=300)
+    assert analysed.returncode == 0, analysed.stderr[-2000:]
+    summary = json.loads(analysed.stdout)
+    checked = {a["expr"]: a["passed"] for a in summary["assertions"]}
+    assert checked == {"honest_delivery_ratio >= 0.5": True, "victim_mesh_sybil_fraction_end <= 1": True,
+                       "honest_latency_p99_ms < 60000": True, "mesh_sybil_fraction_max <= 1": True}
+    assert summary["sybils"] == 6 and summary["honest_delivery_ratio"] >= 0.5
 
 
 COVERT = """\

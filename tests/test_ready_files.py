@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from analysis.assertions import known_metric
 from orchestrator.experiment.spec import load_experiment
 from tests import trace_census
 from tests.cli_helpers import run_cli
@@ -92,6 +93,7 @@ def test_every_simulated_file_passes_its_expectations(name, spark, tmp_path):  #
         summary = json.loads((run / "summary.json").read_text())
         assert summary["expectations"], run
         assert failed(summary) == EXPECTED_TO_FAIL.get((name, run.name), set()), run
+        assert [k for k in summary if not known_metric(k)] == [], run  # `testbed analyze --assert` takes each
         trace_census.assert_agrees(run, trace_census.count(run), summary)
     shutil.rmtree(out)  # checked: its traces (up to GBs) need not wait for the session's end
 
@@ -148,5 +150,6 @@ def test_small_files_pass_on_the_real_backends(name, backend, tmp_path):
     for run in run_dirs(out):
         summary = json.loads((run / "summary.json").read_text())
         assert all(e["passed"] for e in summary["expectations"]), summary["expectations"]
+        assert [k for k in summary if not known_metric(k)] == [], run
         trace_census.assert_agrees(run, trace_census.count(run), summary)
     shutil.rmtree(out)
