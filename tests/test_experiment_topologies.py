@@ -25,18 +25,13 @@ SCALE_FILES = sorted((ROOT / "topologies" / "scale").glob("*.yaml"))
 RESOLVED_UP_TO = 2_000  # nodes: a scale file this size resolves in seconds; 100,000 take half a minute
 
 
-def node_count(path: Path) -> int:
-    doc = yaml.safe_load(path.read_text())
-    return sum(int(g.get("count", 1)) for g in doc.get("groups") or [doc["nodes"]])
-
-
 def test_the_expected_files_exist():
     names = {f.name for f in FILES}
     assert {"quick.yaml", "simsub-100.yaml", "simsub-1000.yaml", "churn-30.yaml", "ci-smoke.yaml",
             "floodsub-vs-gossipsub.yaml", "mixed.yaml"} <= names
 
 
-@pytest.mark.parametrize("path", FILES + [f for f in SCALE_FILES if node_count(f) <= RESOLVED_UP_TO],
+@pytest.mark.parametrize("path", FILES + [f for f in SCALE_FILES if load_experiment(f).nodes_on("sim") <= RESOLVED_UP_TO],
                          ids=lambda p: str(p.relative_to(ROOT / "topologies")))
 def test_every_topology_validates_resolves_and_round_trips(path: Path):
     assert path.read_text().startswith("#"), "each file starts with a comment saying what it is for"
