@@ -86,9 +86,12 @@ SUMMARY_KEYS = frozenset(
     mesh_sybil_fraction_end victim_mesh_sybil_fraction_max victim_mesh_sybil_fraction_mean
     victim_mesh_sybil_fraction_end victim_mesh_all_sybil_share""".split()
 )
-# Groups whose figures also have flat names, `<group>_<figure>`
-# (metrics.flat_aliases; a sampled run's exact counts, sampling.py).
-ALIASED_GROUPS = ("stayed_up", "idontwant", "prune", "mesh_churn", "repair_after_loss", "tree", "exact")
+# Groups whose figures also have flat names, `<group>_<figure>`: those every
+# summary has, those only some runs have (metrics.flat_aliases), and a
+# sampled run's exact counts (sampling.py).
+ALWAYS_ALIASED = ("stayed_up", "idontwant", "prune", "mesh_churn")
+SOMETIMES_ALIASED = ("repair_after_loss", "tree")
+ALIASED_GROUPS = (*ALWAYS_ALIASED, *SOMETIMES_ALIASED, "exact")
 
 
 def known_metric(metric: str) -> bool:

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis import deliveries as dlv
+from analysis.assertions import ALWAYS_ALIASED, SOMETIMES_ALIASED
 from analysis.completeness import check_complete
 from analysis.honest import honest_summary, sybil_names, victim_names
 from analysis.ingest import SCHEMA as EVENTS_SCHEMA
@@ -972,10 +973,10 @@ def flat_aliases(summary: dict[str, Any]) -> dict[str, Any]:
     out["dropped_rpcs"] = summary["rpcs"]["dropped"]
     for k, v in summary["in_flight"].items():
         out[k] = v
-    for group in ("stayed_up", "idontwant", "prune", "mesh_churn"):
+    for group in ALWAYS_ALIASED:
         for k, v in summary[group].items():
             out[f"{group}_{k}"] = v
-    for group in ("repair_after_loss", "tree"):
+    for group in SOMETIMES_ALIASED:
         for k, v in (summary.get(group) or {}).items():
             if not isinstance(v, list):
                 out[f"{group}_{k}"] = v
