@@ -257,6 +257,46 @@ def test_converter_extension_lines_and_restart(tmp_path):
     assert kinds == one + one  # the JOIN is the node's own line, not the script's; the seen set restarts
 
 
+def test_converter_idontwant_rpcs_and_peer_scores(tmp_path):
+    """The rust adapter's lines: RPC lines with IDONTWANT ids and no size
+    (the RPC's meta carries the ids), our entry point's with both, and
+    "Peer Scores" rows for the score file (totals, components empty, which
+    the analysis reads); a score that is no number is garbage."""
+    from analysis.scores import read_scores
+    from node.engine.api import TraceEvent
+    from node.trace.scores import COLUMNS, ScoreFile
+    from node.wire.rpc import Control, IDontWant, Rpc
+
+    me, a, b = identity_for_index(4), identity_for_index(0), identity_for_index(1)
+    buf = StringIO()
+    ours = Rpc(control=Control(idontwant=(IDontWant(((9).to_bytes(8, "big"),)),)))
+    NdjsonTrace(buf, me.peer_id).write([TraceEvent(TraceType.RECV_RPC, 5_000_000_000, peer=b.peer_id, rpc=ours)])
+    lines = lines_for(
+        ("1970-01-01T00:00:01Z", "PeerID", {"id": me.peer_id_b58, "node_id": 4}),
+        ("1970-01-01T00:00:02Z", "RPC Sent", {"peer": a.peer_id_b58, "idontwant": ["7", "8"]}),
+        ("1970-01-01T00:00:03Z", "Peer Scores", {"scores": {a.peer_id_b58: 12.5, b.peer_id_b58: -3}}),
+        ("1970-01-01T00:00:04Z", "Peer Scores", {"scores": {a.peer_id_b58: "high"}}),
+        ("1970-01-01T00:00:04Z", "RPC Sent", {"peer": a.peer_id_b58}),
+    ) + buf.getvalue().splitlines()
+    result = convert(lines, tmp_path / "t.pb", me.peer_id)
+    assert result.garbage == 2 and result.unknown == {}
+    rpcs = [e for e in read_trace(tmp_path / "t.pb") if e.type in (TraceType.SEND_RPC, TraceType.RECV_RPC)]
+    sent, received = rpcs
+    assert sent.sendRPC.sendTo == a.peer_id
+    assert list(sent.sendRPC.meta.control.idontwant[0].messageIDs) == [(7).to_bytes(8, "big"), (8).to_bytes(8, "big")]
+    assert received.recvRPC.receivedFrom == b.peer_id
+    assert list(received.recvRPC.meta.control.idontwant[0].messageIDs) == [(9).to_bytes(8, "big")]
+    assert result.scores == [(3_000_000_000, [(a.peer_id, 12.5), (b.peer_id, -3.0)])]
+    out = ScoreFile(tmp_path / "run" / "scores" / "n.csv")
+    for t, rows in result.scores:
+        out.write_totals(t, rows)
+    out.close()
+    header, first, _ = (tmp_path / "run" / "scores" / "n.csv").read_text().splitlines()
+    assert header.split(",") == list(COLUMNS) and first.split(",") == ["3000000000", a.peer_id_b58, "12.5", *[""] * 8]
+    scores = read_scores(tmp_path / "run")
+    assert sorted(scores["score"]) == [-3.0, 12.5] and set(scores["node"]) == {"n"}
+
+
 class FullStdout(StringIO):
     """A stdout whose every flush fails as a full disk does."""
 

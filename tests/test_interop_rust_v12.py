@@ -7,17 +7,20 @@ Our routers want more mesh peers (D 5) than their own group holds and the
 rust nodes fewer (D 2, D_high 3), so each side PRUNEs the other.
 
 Checked from the traces of both sides:
-- IDONTWANT crosses both ways (our traces: RPCs sent to and received from
-  the rust nodes with IDONTWANT in their meta, go's ControlMeta field 5);
-- our routers score the rust nodes (scores/<node>.csv; the publishing ones
-  earn P2, a positive score);
+- IDONTWANT crosses both ways, seen by both ends: our traces have RPCs sent
+  to and received from the rust nodes with IDONTWANT in their meta (go's
+  ControlMeta field 5); the rust nodes' traces (the adapter's tap reads the
+  RPCs rust-libp2p logs at debug level) have the same, and every id a rust
+  node says it sent one of ours, that router of ours says it received from
+  it, and the other way round;
+- each side scores the other: our routers' scores/<node>.csv (the
+  publishing rust nodes earn P2, a positive score) and the rust nodes'
+  (rust-libp2p's `peer_score`, once per heartbeat: the publishing routers of
+  ours score positive there too);
 - PRUNE backoff holds both ways: after a PRUNE from one side, no GRAFT from
   the pruned side within the backoff (our traces, RPC by RPC), and no rust
   node re-adds a pruned peer to its mesh within it (the rust nodes' traces,
   from its mesh events).
-
-rust-libp2p's own scores and its IDONTWANT are not in its trace: rust-libp2p
-0.50 logs neither (no debug event; the adapter's tap reads debug events).
 """
 
 from __future__ import annotations
@@ -109,6 +112,70 @@ def _control(run_dir: Path, node: str) -> list[tuple[int, str, str, str]]:
 def test_idontwant_crosses_both_ways(run_dir):
     ways = {(d, k) for n in OURS for _, d, peer, k in _control(run_dir, n) if peer in RUST}
     assert {("send", "idontwant"), ("recv", "idontwant")} <= ways, ways
+
+
+def _idontwant_ids(run_dir: Path, node: str) -> set[tuple[str, str, str, bytes]]:
+    """(direction, this node, the peer, message id) for every IDONTWANT id in
+    `node`'s traced RPCs."""
+    names = _ids()
+    out = set()
+    for ev in read_trace(run_dir / "traces" / f"{node}.pb"):
+        if ev.type not in (TraceType.SEND_RPC, TraceType.RECV_RPC):
+            continue
+        send = ev.type == TraceType.SEND_RPC
+        rpc = ev.sendRPC if send else ev.recvRPC
+        peer = names.get(rpc.sendTo if send else rpc.receivedFrom, "?")
+        for idontwant in rpc.meta.control.idontwant:
+            out |= {("send" if send else "recv", node, peer, mid) for mid in idontwant.messageIDs}
+    return out
+
+
+@needs_docker
+@pytest.mark.docker
+def test_both_ends_trace_the_same_idontwants(run_dir):
+    """The rust nodes' own traces show IDONTWANT both ways, and what one end
+    says it sent the other end says it received: the ids of each (sender,
+    receiver) pair agree. A receiver may miss a few sent just before the
+    teardown, none more."""
+    ours = set().union(*(_idontwant_ids(run_dir, n) for n in OURS))
+    rust = set().union(*(_idontwant_ids(run_dir, n) for n in RUST))
+    rust_ways = {d for d, _, peer, _ in rust if peer in OURS}
+    assert rust_ways == {"send", "recv"}, rust_ways
+
+    def sent(ids, sender_side):
+        return {(me, peer, mid) for d, me, peer, mid in ids if d == "send" and peer not in sender_side}
+
+    def received(ids):
+        return {(peer, me, mid) for d, me, peer, mid in ids if d == "recv"}
+
+    rust_to_ours, ours_got = sent(rust, RUST), {k for k in received(ours) if k[0] in RUST}
+    ours_to_rust, rust_got = sent(ours, OURS), {k for k in received(rust) if k[0] in OURS}
+    assert rust_to_ours and ours_to_rust
+    assert ours_got <= rust_to_ours and rust_got <= ours_to_rust  # nothing received that was not sent
+    assert len(ours_got) >= 0.95 * len(rust_to_ours), (len(ours_got), len(rust_to_ours))
+    assert len(rust_got) >= 0.95 * len(ours_to_rust), (len(rust_got), len(ours_to_rust))
+
+
+def _score_rows(run_dir: Path, nodes: list[str], peers: dict[str, str]) -> list[tuple[str, str, float]]:
+    """(scoring node, scored peer's name, score) for the rows of `nodes`'
+    score files about `peers` (base58 -> name)."""
+    rows = []
+    for node in nodes:
+        with (run_dir / "scores" / f"{node}.csv").open() as f:
+            rows += [(node, peers[r["peer"]], float(r["score"])) for r in csv.DictReader(f) if r["peer"] in peers]
+    return rows
+
+
+@needs_docker
+@pytest.mark.docker
+def test_the_rust_nodes_score_our_routers(run_dir):
+    """rust-libp2p's own scores, from its adapter's "Peer Scores" lines:
+    every router of ours is scored, and the two that publish earn first
+    deliveries, so a positive score, at some rust node."""
+    ours_b58 = {identity_for_index(i).peer_id_b58: n for i, n in enumerate(OURS)}
+    rows = _score_rows(run_dir, RUST, ours_b58)
+    assert {peer for _, peer, _ in rows} == set(OURS)
+    assert {peer for _, peer, score in rows if score > 0} >= {"ours-0", "ours-2"}
 
 
 @needs_docker

@@ -98,7 +98,10 @@ class NdjsonTrace(TraceWriter):
         elif kind in (TraceType.GRAFT, TraceType.PRUNE):
             self.line(t, "Graft" if kind == TraceType.GRAFT else "Prune", peer=peer, topic=ev.topic)
         elif kind in (TraceType.SEND_RPC, TraceType.RECV_RPC) and ev.rpc is not None:
-            self.line(t, "RPC Sent" if kind == TraceType.SEND_RPC else "RPC Received", peer=peer, size=rpc_size(ev.rpc))
+            control = ev.rpc.control
+            ids = [_mid(m) for d in (control.idontwant if control else ()) for m in d.message_ids]
+            self.line(t, "RPC Sent" if kind == TraceType.SEND_RPC else "RPC Received", peer=peer,
+                      size=rpc_size(ev.rpc), **({"idontwant": ids} if ids else {}))
 
 
 def hostname_index(hostname: str) -> int:

@@ -5,7 +5,9 @@ The contract (libp2p test-plans' gossipsub-interop) promises two lines: a
 "PeerID" line at start and a "Received Message" line for EVERY copy a node
 receives. Our adapters and our own contract entry point add extension lines
 (docs/foreign-routers.md): "Published Message", "Joined"/"Left", "Peer
-Added"/"Peer Removed", "Graft"/"Prune", "RPC Sent"/"RPC Received".
+Added"/"Peer Removed", "Graft"/"Prune", "RPC Sent"/"RPC Received" (with the
+RPC's size, or its IDONTWANT ids, or both) and "Peer Scores" (each connected
+peer's score at a heartbeat, for scores/<node>.csv; not a trace event).
 
 The mapping follows go's tracer: a node's first copy of a message is
 DELIVER_MESSAGE (receivedFrom = from), later copies DUPLICATE_MESSAGE; a
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from node.wire.codec import encode_frame
+from node.wire.rpc import Control, IDontWant, Rpc
 from node.engine.api import TraceEvent
 from node.libp2p.identity import peer_id_from_b58
 from node.trace.file import MAX_TRACE_EVENT, to_proto
@@ -44,6 +47,7 @@ from node.trace.vocab import TraceType
 PEER_ID = "PeerID"
 RECEIVED = "Received Message"
 PUBLISHED = "Published Message"
+SCORES = "Peer Scores"
 MAX_SAMPLES = 5
 _FRACTION = re.compile(r"^(?P<head>[^.]+)(\.(?P<frac>\d+))?(?P<zone>Z|[+-]\d\d:\d\d)$")
 _RPC = {"RPC Sent": TraceType.SEND_RPC, "RPC Received": TraceType.RECV_RPC}
@@ -67,6 +71,7 @@ class Conversion:
     unknown: dict[str, int] = field(default_factory=dict)
     starts: int = 0
     peer_id: str | None = None
+    scores: list[tuple[int, list[tuple[bytes, float]]]] = field(default_factory=list)  # (time, [(peer, score)])
 
     def to_dict(self) -> dict[str, Any]:
         return {"events": self.events, "garbage": self.garbage, "garbage_samples": self.garbage_samples,
@@ -110,6 +115,25 @@ def _text(line: dict[str, Any], key: str) -> str:
     if not isinstance(value, str):
         raise BadLine(f"{key!r} is not a string: {value!r}")
     return value
+
+
+def _idontwant(value: Any) -> Rpc:
+    """An RPC that carries IDONTWANT for these contract ids (and nothing the
+    line does not show)."""
+    if not isinstance(value, list):
+        raise BadLine(f"idontwant is not a list of message ids: {value!r}")
+    return Rpc(control=Control(idontwant=(IDontWant(tuple(message_id_bytes(v) for v in value)),)))
+
+
+def _scores(value: Any) -> list[tuple[bytes, float]]:
+    if not isinstance(value, dict):
+        raise BadLine(f"scores is not an object of peer ids: {value!r}")
+    rows = []
+    for peer, score in value.items():
+        if not isinstance(score, (int, float)) or isinstance(score, bool):
+            raise BadLine(f"score of {peer!r} is not a number: {score!r}")
+        rows.append((_peer(peer), float(score)))
+    return rows
 
 
 def _size(value: Any) -> int:
@@ -176,7 +200,13 @@ class _Converter:
             protocol = _text(line, "protocol") if msg == "Peer Added" else ""
             self.add(TraceEvent(_PEER_EVENTS[msg], t, topic=topic, peer=_peer(line.get("peer")), protocol=protocol))
         elif msg in _RPC:
-            self.add(TraceEvent(_RPC[msg], t, peer=_peer(line.get("peer"))), _size(line.get("size")))
+            if "size" not in line and "idontwant" not in line:
+                raise BadLine("an RPC line with neither size nor idontwant")
+            rpc = _idontwant(line["idontwant"]) if "idontwant" in line else None
+            size = _size(line["size"]) if "size" in line else None
+            self.add(TraceEvent(_RPC[msg], t, peer=_peer(line.get("peer")), rpc=rpc), size)
+        elif msg == SCORES:
+            self.result.scores.append((t, _scores(line.get("scores"))))
         else:
             self.result.unknown[str(msg)] = self.result.unknown.get(str(msg), 0) + 1
 

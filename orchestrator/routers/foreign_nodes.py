@@ -34,6 +34,7 @@ from typing import Any
 
 from node.libp2p.identity import peer_id_from_b58
 from node.trace.interop import convert
+from node.trace.scores import ScoreFile
 from node.atomic import write_atomic
 from orchestrator.backends.api import Backend
 from orchestrator.shaping.split import ShapingCapabilities
@@ -173,12 +174,27 @@ def convert_outputs(run_dir: Path, nodes: list[str]) -> tuple[dict[str, dict[str
             trace.unlink()
         result = convert(lines, trace, peer_id_from_b58(pieces["peer_id"]), scripts)
         figures[node] = result.to_dict()
+        _write_scores(run_dir / "scores" / f"{node}.csv", result.scores)
         if not lines:
             warnings.append(f"{node} ({kind_of(pieces['router']).implementation}) printed nothing on stdout: no trace")
         if result.garbage:
             warnings.append(f"{node}: {result.garbage} stdout line(s) were not contract NDJSON and were ignored "
                             f"(first: {result.garbage_samples[0]!r})")
     return figures, warnings
+
+
+def _write_scores(path: Path, scores: list[tuple[int, list[tuple[bytes, float]]]]) -> None:
+    """A foreign node's "Peer Scores" lines -> its score file (totals only),
+    written anew from the whole stdout at each conversion; a node that
+    printed none leaves whatever is there alone."""
+    if not scores:
+        return
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    out = ScoreFile(path)
+    for time_ns, rows in scores:
+        out.write_totals(time_ns, rows)
+    out.close()
 
 
 def link_shaping(router: str, caps: ShapingCapabilities, proxy: bool) -> str:

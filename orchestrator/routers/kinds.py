@@ -53,7 +53,8 @@ CONTRACT_EVENTS: tuple[str, ...] = tuple(sorted(t.name for t in (
     TraceType.DELIVER_MESSAGE, TraceType.DUPLICATE_MESSAGE, TraceType.JOIN, TraceType.PUBLISH_MESSAGE)))
 # What an adapter's extension lines add (foreign.md B): both adapters see
 # topics, peers and GRAFT/PRUNE; only py-libp2p's RPCs can be hooked
-# (rust-libp2p exposes no per-RPC event or size); our router under the
+# (rust-libp2p exposes no per-RPC event or size: its adapter traces only the
+# RPCs that carry IDONTWANT, so its SEND_RPC/RECV_RPC are not whole); our router under the
 # contract (node/interop/contract.py) records what py-libp2p's adapter does.
 RUST_EVENTS: tuple[str, ...] = tuple(sorted({*CONTRACT_EVENTS, *(t.name for t in (
     TraceType.LEAVE, TraceType.ADD_PEER, TraceType.REMOVE_PEER, TraceType.GRAFT, TraceType.PRUNE))}))

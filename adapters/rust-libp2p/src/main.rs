@@ -144,6 +144,7 @@ async fn run(
     start: Instant,
 ) -> i32 {
     let key = keypair_for_index(index);
+    let (scoring, heartbeat) = (peer_score.is_some(), gossipsub_config.heartbeat_interval());
     let authenticity =
         if anonymous { MessageAuthenticity::Anonymous } else { MessageAuthenticity::Signed(key.clone()) };
     let mut gossipsub = match gossipsub::Behaviour::new(authenticity, gossipsub_config) {
@@ -183,6 +184,7 @@ async fn run(
     }
     emit("PeerID", &[("id", json!(swarm.local_peer_id().to_base58())), ("node_id", json!(index))]);
 
+    let scores_every = scoring.then_some(heartbeat);
     let (commands, receiver) = tokio::sync::mpsc::channel(64);
     let me = match &config {
         Some(config) => {
@@ -201,6 +203,6 @@ async fn run(
         }
         None => Identity::bare(index),
     };
-    Node::new(swarm, tap, me, commands, script, delays, start).run(receiver).await;
+    Node::new(swarm, tap, me, commands, script, delays, start, scores_every).run(receiver).await;
     0
 }

@@ -100,6 +100,10 @@ pub struct Node {
     published: u64,
     dials_failed: u64,
     shutting_down: bool,
+    /// When the node scores its peers: how often it writes their scores (its
+    /// heartbeat), and when next.
+    scores_every: Option<Duration>,
+    next_scores: Option<Instant>,
 }
 
 fn fail(error: impl std::fmt::Display) -> Value {
@@ -131,6 +135,7 @@ impl Node {
         script: Vec<Instruction>,
         validation_delays: HashMap<String, Duration>,
         start: Instant,
+        scores_every: Option<Duration>,
     ) -> Self {
         Self {
             swarm,
@@ -152,6 +157,8 @@ impl Node {
             published: 0,
             dials_failed: 0,
             shutting_down: false,
+            scores_every,
+            next_scores: scores_every.map(|every| Instant::now() + every),
         }
     }
 
@@ -172,6 +179,7 @@ impl Node {
         while !self.shutting_down {
             let wait = self.wait;
             let validated = self.validating.keys().next().map(|(at, _)| *at);
+            let scores = self.next_scores;
             // The rare commands, timers and signals first, then the swarm.
             tokio::select! {
                 biased;
@@ -182,6 +190,9 @@ impl Node {
                 }
                 () = tokio::time::sleep_until(validated.unwrap_or_else(Instant::now).into()), if validated.is_some() => {
                     self.finish_validations();
+                }
+                () = tokio::time::sleep_until(scores.unwrap_or_else(Instant::now).into()), if scores.is_some() => {
+                    self.write_scores();
                 }
                 _ = tokio::signal::ctrl_c() => self.shutting_down = true,
                 Some(()) = async { terminate.as_mut()?.recv().await } => self.shutting_down = true,
@@ -633,6 +644,24 @@ impl Node {
 
     fn accept(&mut self, id: &MessageId, source: &PeerId) {
         self.swarm.behaviour_mut().gossipsub.report_message_validation_result(id, source, MessageAcceptance::Accept);
+    }
+
+    /// Writes a "Peer Scores" line: the score gossipsub gives each connected
+    /// peer now (rust-libp2p shows the total, not its components), once per
+    /// heartbeat interval, as our scoring routers write theirs at every
+    /// heartbeat (docs/foreign-routers.md).
+    fn write_scores(&mut self) {
+        let Some(every) = self.scores_every else { return };
+        self.next_scores = Some(Instant::now() + every);
+        let gossipsub = &self.swarm.behaviour().gossipsub;
+        let scores: serde_json::Map<String, Value> = self
+            .swarm
+            .connected_peers()
+            .filter_map(|peer| gossipsub.peer_score(peer).map(|score| (peer.to_base58(), json!(score))))
+            .collect();
+        if !scores.is_empty() {
+            emit("Peer Scores", &[("scores", Value::Object(scores))]);
+        }
     }
 
     /// Writes Graft/Prune for every change of the mesh since the last look

@@ -11,6 +11,16 @@
 //! with its sender and topic. The same layer reports "Peer Added" when the
 //! behaviour learns which gossipsub protocol a peer speaks.
 //!
+//! IDONTWANT (gossipsub v1.2) is in no event either. The behaviour logs each
+//! RPC it receives whole ("Received gossipsub message", message=RpcIn) and
+//! each one it hands to a connection ("Sending Rpc", rpc=RpcOut; every
+//! RpcOut goes out as an RPC of its own). Their Debug texts name the
+//! IDONTWANT ids (`IDontWant(IDontWant { message_ids: [MessageId(hex), ..] })`;
+//! a message's Debug shows its data's length, never the data), so the layer
+//! writes "RPC Received" and "RPC Sent" lines with the ids for the RPCs that
+//! carry IDONTWANT, and no line for the others. An RpcOut is formatted only
+//! as far as its variant's name unless it is an IDONTWANT.
+//!
 //! Each log site is recognised once, by its message text (cached per
 //! callsite), so the payload-sized fields of other debug events are never
 //! formatted. The texts are those of libp2p-gossipsub 0.50 (Cargo.lock pins
@@ -31,6 +41,9 @@ use crate::out::{emit, message_id_text};
 const RPC_RECEIVED: &str = "Received gossipsub message";
 const DUPLICATE: &str = "Message already received, ignoring";
 const PEER_KIND: &str = "New peer type found for peer";
+const RPC_SENDING: &str = "Sending Rpc";
+/// How IDONTWANT begins in the Debug text of an RpcIn's control and of an RpcOut.
+const IDONTWANT: &str = "IDontWant(IDontWant { message_ids: [";
 
 /// State shared by the message-id function, this layer and the event loop.
 #[derive(Default)]
@@ -61,6 +74,7 @@ pub fn message_id(tap: &SharedTap, data: &[u8], topic: &str) -> Vec<u8> {
 #[derive(Clone, Copy, PartialEq)]
 enum Site {
     RpcReceived,
+    RpcSending,
     Duplicate,
     PeerKind,
     Other,
@@ -88,6 +102,7 @@ impl TapLayer {
             .iter()
             .find_map(|(_, text)| match text.as_str() {
                 RPC_RECEIVED => Some(Site::RpcReceived),
+                RPC_SENDING => Some(Site::RpcSending),
                 DUPLICATE => Some(Site::Duplicate),
                 PEER_KIND => Some(Site::PeerKind),
                 _ => None,
@@ -130,6 +145,69 @@ impl Visit for Fields {
     }
 }
 
+/// The first bytes of a Debug text, and no more: formatting stops with an
+/// error once `limit` bytes are written.
+struct Prefix {
+    text: String,
+    limit: usize,
+}
+
+impl std::fmt::Write for Prefix {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = self.limit - self.text.len();
+        let cut = (0..=s.len().min(room)).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
+        self.text.push_str(&s[..cut]);
+        if cut < s.len() { Err(std::fmt::Error) } else { Ok(()) }
+    }
+}
+
+/// A visitor that formats one RpcOut field only when it is an IDONTWANT.
+struct IdontwantOut {
+    peer: Option<String>,
+    rpc: Option<String>,
+}
+
+impl Visit for IdontwantOut {
+    fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+        match field.name() {
+            "peer_id" => self.peer = Some(format!("{value:?}")),
+            "rpc" => {
+                let mut head = Prefix { text: String::new(), limit: IDONTWANT.len() };
+                let _ = std::fmt::write(&mut head, format_args!("{value:?}"));
+                if head.text == IDONTWANT {
+                    self.rpc = Some(format!("{value:?}"));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Every message id in the IDONTWANTs of a Debug text of rust-libp2p's
+/// RpcIn or RpcOut, as the contract writes ids.
+fn idontwant_ids(text: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(IDONTWANT) {
+        rest = &rest[at + IDONTWANT.len()..];
+        let end = rest.find(']').unwrap_or(rest.len());
+        for item in rest[..end].split(", ") {
+            if let Some(bytes) = item.strip_prefix("MessageId(").and_then(|s| s.strip_suffix(')')).and_then(unhex) {
+                ids.push(message_id_text(&bytes));
+            }
+        }
+        rest = &rest[end..];
+    }
+    ids
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+}
+
 /// go-libp2p-pubsub's protocol id for a rust-libp2p PeerKind text.
 fn protocol_id(kind: &str) -> String {
     match kind.strip_prefix("Gossipsub v") {
@@ -148,10 +226,24 @@ impl<S: Subscriber> Layer<S> for TapLayer {
         match self.site(event) {
             Site::Other => {}
             Site::RpcReceived => {
-                let mut fields = Fields::wanting(&["peer"]);
+                let mut fields = Fields::wanting(&["peer", "message"]);
                 event.record(&mut fields);
-                if let (Some(peer), Ok(mut tap)) = (fields.get("peer"), self.tap.lock()) {
+                let Some(peer) = fields.get("peer") else { return };
+                if let Ok(mut tap) = self.tap.lock() {
                     tap.rpc_peer = peer.to_owned();
+                }
+                // "message" names both the RpcIn and the event's own text
+                let ids: Vec<String> =
+                    fields.values.iter().filter(|(n, _)| *n == "message").flat_map(|(_, v)| idontwant_ids(v)).collect();
+                if !ids.is_empty() {
+                    emit("RPC Received", &[("peer", json!(peer)), ("idontwant", json!(ids))]);
+                }
+            }
+            Site::RpcSending => {
+                let mut fields = IdontwantOut { peer: None, rpc: None };
+                event.record(&mut fields);
+                if let (Some(peer), Some(rpc)) = (fields.peer, fields.rpc) {
+                    emit("RPC Sent", &[("peer", json!(peer)), ("idontwant", json!(idontwant_ids(&rpc)))]);
                 }
             }
             Site::Duplicate => {
@@ -183,11 +275,37 @@ impl<S: Subscriber> Layer<S> for TapLayer {
 
 #[cfg(test)]
 mod tests {
-    use super::protocol_id;
+    use super::{idontwant_ids, protocol_id, Prefix, IDONTWANT};
 
     #[test]
     fn protocol_ids() {
         assert_eq!(protocol_id("Gossipsub v1.2"), "/meshsub/1.2.0");
         assert_eq!(protocol_id("Floodsub"), "/floodsub/1.0.0");
+    }
+
+    // The texts are libp2p-gossipsub 0.50's derived Debug of RpcOut::IDontWant
+    // and its RpcIn's, with MessageId's own Debug (hex).
+    #[test]
+    fn idontwant_ids_from_an_rpc_out() {
+        let text = "IDontWant(IDontWant { message_ids: [MessageId(0000000000000001), MessageId(00000000000000ff)] })";
+        assert_eq!(idontwant_ids(text), ["1", "255"]);
+    }
+
+    #[test]
+    fn idontwant_ids_from_an_rpc_in_skip_ihave_and_iwant() {
+        let text = "GossipsubRpc { messages: [RawMessage { source: None, data length: 8192 }], control_msgs: \
+                    [IHave(IHave { topic_hash: TopicHash { hash: \"t\" }, message_ids: [MessageId(0000000000000009)] }), \
+                    IDontWant(IDontWant { message_ids: [MessageId(0000000000000002)] }), \
+                    IWant(IWant { message_ids: [MessageId(0000000000000003)] })] }";
+        assert_eq!(idontwant_ids(text), ["2"]);
+        assert!(idontwant_ids("GossipsubRpc { subscriptions: [] }").is_empty());
+    }
+
+    #[test]
+    fn prefix_stops_formatting_at_its_limit() {
+        let mut head = Prefix { text: String::new(), limit: IDONTWANT.len() };
+        let result = std::fmt::write(&mut head, format_args!("{}", "Publish { message_id: MessageId(00), message: .. }"));
+        assert!(result.is_err());
+        assert_eq!(head.text.len(), IDONTWANT.len());
     }
 }
