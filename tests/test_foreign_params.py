@@ -164,7 +164,7 @@ def test_py_takes_what_its_adapter_maps():
         import script
     finally:
         sys.path.remove(str(ROOT / "adapters" / "py-libp2p"))
-    assert {GO_NAMES[k] for k in PY_TAKES} == set(script.GOSSIPSUB_ARGS) | set(script.ROUTER_ATTRS)
+    assert {({**GO_NAMES, **OPTION_NAMES})[k] for k in PY_TAKES} == set(script.GOSSIPSUB_ARGS) | set(script.ROUTER_ATTRS)
 
 
 def test_no_score_parameters_no_score_block():

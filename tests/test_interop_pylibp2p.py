@@ -8,7 +8,8 @@ script (--params) that dials our routers by node id, and driven through the
 same control endpoint as our routers. Both sides sign and verify strictly
 and use test-plans' first-8-bytes message ids. The test checks that messages
 published on either side reach every subscriber on both sides, that GRAFT,
-PRUNE, IHAVE and IWANT cross implementations (from our routers' traces), and
+PRUNE, IHAVE and IWANT cross implementations (from our routers' traces), that
+a host told DoPX sends peer exchange in its PRUNEs, and
 that a py-libp2p host that leaves is dropped from our routers' mesh and peers.
 
 Kept small for a shared 2-core machine: 4 routers and 2 hosts, with mesh
@@ -71,7 +72,8 @@ class PyHost:
     """One py-libp2p adapter process: a script that dials `dial` (our routers'
     configs), stdout (NDJSON) to a file, commands through its control endpoint."""
 
-    def __init__(self, index: int, security: str, dial: list[NodeConfig], degree: int, run_dir: Path) -> None:
+    def __init__(self, index: int, security: str, dial: list[NodeConfig], degree: int, run_dir: Path,
+                 px: bool = False) -> None:
         self.peer_id = identity_for_index(index).peer_id
         cfg = NodeConfig(
             name=f"py{index}", router="py-libp2p", seed=index, listen_host="127.0.0.1", listen_port=free_port(),
@@ -81,7 +83,7 @@ class PyHost:
             peer_names={c.identity.peer_id_b58: c.name for c in dial},
         )
         script = [{"type": "initGossipSub", "gossipSubParams": {"D": degree, "Dlo": degree, "Dhi": degree,
-                                                                "HeartbeatInterval": HEARTBEAT_NS}},
+                                                                "HeartbeatInterval": HEARTBEAT_NS, "DoPX": px}},
                   {"type": "connect", "connectTo": [c.index for c in dial]}]
         (run_dir / f"{cfg.name}.config.json").write_text(cfg.to_json())
         (run_dir / f"{cfg.name}.params.json").write_text(json.dumps({"script": script}))
@@ -126,7 +128,7 @@ def test_pylibp2p_hosts_in_a_testbed_of_our_routers(tmp_path, monkeypatch, secur
         clients = {n: ControlClient(c.control_host, c.control_port, TOKEN) for n, c in configs.items()}
         wait_for(lambda: all(c.try_call("status") for c in clients.values()), 20, "our routers")
         hosts = [
-            PyHost(ROUTERS, security, [configs[n] for n in ("n1", "n2", "n3")], 1, run_dir),
+            PyHost(ROUTERS, security, [configs[n] for n in ("n1", "n2", "n3")], 1, run_dir, px=True),
             PyHost(ROUTERS + 1, security, [configs["n0"]], 0, run_dir),
         ]
         wait_for(lambda: all(h.client.try_call("status") for h in hosts), START_S, "the py-libp2p hosts")
@@ -175,6 +177,7 @@ def test_pylibp2p_hosts_in_a_testbed_of_our_routers(tmp_path, monkeypatch, secur
         ProcessBackend.cleanup(None, store)
 
     control = {"graft": set(), "prune": set(), "ihave": set(), "iwant": set()}
+    px_peers: set[bytes] = set()  # the peers host A's PRUNEs exchanged (its DoPX)
     delivered: dict[str, set[bytes]] = {}
     for name in names:
         delivered[name] = set()
@@ -189,10 +192,15 @@ def test_pylibp2p_hosts_in_a_testbed_of_our_routers(tmp_path, monkeypatch, secur
                         for kind in control:
                             if len(getattr(meta, kind)):
                                 control[kind].add(direction)
+                        if direction == "recv" and rpc.receivedFrom == identity_for_index(ROUTERS).peer_id:
+                            px_peers |= {p for prune in meta.prune for p in prune.peers}
     for name in names:
         assert published - (set(ours) if name == "n1" else set()) <= delivered[name], name
     assert control["graft"] == {"send", "recv"}, control
     assert "recv" in control["prune"], control  # host A trimming its mesh
+    # with DoPX, py-libp2p's PRUNEs carry its other topic peers: our routers
+    routers = {identity_for_index(i).peer_id for i in range(1, ROUTERS)}
+    assert px_peers and px_peers <= routers, px_peers
     assert control["ihave"] == control["iwant"] == {"send", "recv"}, control
 
 

@@ -77,6 +77,7 @@ def test_go_params_are_mapped_explicitly():
     assert p.gossipsub["gossip_history"] == 5 and p.gossipsub["gossip_window"] == 3
     assert p.gossipsub["prune_back_off"] == 60 and p.gossipsub["time_to_live"] == 60.0
     assert p.ignored == {"Dlazy": 9}  # py-libp2p 0.8.1 fixes it at 6
+    assert p.gossipsub["do_px"] is False and script.router_params({"DoPX": True}).gossipsub["do_px"] is True
     assert script.router_params({}).gossipsub["heartbeat_interval"] == 1.0  # never py-libp2p's 120 s
 
 
@@ -119,6 +120,8 @@ def test_script_conditionals_and_order(tmp_path):
     ({"script": [{"type": "publish", "messageID": -1, "messageSizeBytes": 8, "topicID": "t"}]}, "messageID"),
     ({"script": [{"type": "initGossipSub", "gossipSubParams": {"HeartbeatInterval": 0.5}}]}, "nanoseconds"),
     ({"script": [{"type": "initGossipSub", "gossipSubParams": {"D": 3}}]}, "Dlo <= D <= Dhi"),
+    ({"script": [{"type": "initGossipSub", "gossipSubParams": {"DoPX": 1}}]}, "DoPX must be true or false"),
+    ({"script": [{"type": "initGossipSub", "gossipSubParams": {"D": True}}]}, "D must be a number"),
     ({"script": [{"type": "subscribeToTopic", "topicID": "t"}, {"type": "initGossipSub", "gossipSubParams": {}}]},
      "before every other"),
     ({"script": [{"type": "dance"}]}, "unknown instruction type 'dance'"),

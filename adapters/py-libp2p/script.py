@@ -27,7 +27,7 @@ GO_DEFAULTS: dict[str, Any] = {
     "HistoryLength": 5, "HistoryGossip": 3,
     "HeartbeatInitialDelay": 100_000_000, "HeartbeatInterval": NS,
     "FanoutTTL": 60 * NS, "PruneBackoff": 60 * NS, "UnsubscribeBackoff": 10 * NS,
-    "PrunePeers": 16, "GraftFloodThreshold": 10 * NS,
+    "PrunePeers": 16, "GraftFloodThreshold": 10 * NS, "DoPX": False,
 }
 # What py-libp2p 0.8.1 does with no way to change it.
 FIXED = {"Dlazy": 6, "GossipFactor": 0.25}
@@ -51,9 +51,13 @@ GOSSIPSUB_ARGS = {
     "PruneBackoff": ("prune_back_off", _whole_seconds),
     "UnsubscribeBackoff": ("unsubscribe_back_off", _whole_seconds),
     "PrunePeers": ("px_peers_count", int),
+    # go's WithPeerExchange: our PRUNEs carry up to PrunePeers peers. A PX
+    # received is acted on whatever this says, as py-libp2p 0.8.1 does.
+    "DoPX": ("do_px", bool),
 }
 # Set on the router after construction (no constructor argument).
 ROUTER_ATTRS = {"GraftFloodThreshold": ("graft_flood_threshold", _seconds)}
+SWITCHES = {"DoPX"}  # true or false; every other parameter is a number
 DURATIONS = {"HeartbeatInitialDelay", "HeartbeatInterval", "FanoutTTL", "PruneBackoff",
              "UnsubscribeBackoff", "GraftFloodThreshold"}
 
@@ -86,6 +90,11 @@ def _check_params(raw: Any, where: str) -> dict[str, Any]:
     out = {}
     for key, value in raw.items():
         if value is None:  # pydantic's unset fields
+            continue
+        if key in SWITCHES:
+            if not isinstance(value, bool):
+                raise ScriptError(f"{where}: gossipSubParams.{key} must be true or false, not {value!r}")
+            out[key] = value
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ScriptError(f"{where}: gossipSubParams.{key} must be a number, not {value!r}")

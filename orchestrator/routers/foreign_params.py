@@ -9,7 +9,8 @@ sets by options); the rust-libp2p adapter what its params.rs and score.rs map
 (rust-libp2p 0.57's gossipsub has no MaxIHaveLength, MaxIDontWantLength,
 MaxIDontWantMessages or IDontWantMessageTTL setting); the py-libp2p adapter
 what its script.py maps (py-libp2p 0.8.1 fixes D_lazy at 6 and GossipFactor
-at 0.25; its scoring is not go's). Everything else a kind is run with at a
+at 0.25; its scoring is not go's; it speaks /meshsub/1.1.0 here, so no
+IDONTWANT reaches it and the v1.2 settings mean nothing to it). Everything else a kind is run with at a
 fixed value, and a file that sets it is refused (orchestrator/experiment/check.py).
 """
 
@@ -26,7 +27,7 @@ RUST_TAKES = (CONTRACT_TAKES - {"MaxIHaveLength", "MaxIDontWantLength", "max_ido
                                 "IDontWantMessageTTL"}) | frozenset(OPTION_NAMES) | SCORE_NAMES
 PY_TAKES = frozenset({"D", "D_low", "D_high", "mcache_len", "mcache_gossip", "heartbeat_initial_delay",
                       "heartbeat_interval", "fanout_ttl", "PruneBackoff", "UnsubscribeBackoff", "PrunePeers",
-                      "GraftFloodThreshold"})
+                      "GraftFloodThreshold", "DoPX"})
 # what py-libp2p 0.8.1 runs with and cannot be told otherwise (adapters/py-libp2p/script.py FIXED)
 PY_FIXED = {"D_lazy": 6, "GossipFactor": 0.25}
 
