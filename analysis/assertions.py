@@ -90,7 +90,7 @@ SUMMARY_KEYS = frozenset(
 # summary has, those only some runs have (metrics.flat_aliases), and a
 # sampled run's exact counts (sampling.py).
 ALWAYS_ALIASED = ("stayed_up", "idontwant", "prune", "mesh_churn")
-SOMETIMES_ALIASED = ("repair_after_loss", "tree")
+SOMETIMES_ALIASED = ("repair_after_loss", "subtree_repair", "tree")
 ALIASED_GROUPS = (*ALWAYS_ALIASED, *SOMETIMES_ALIASED, "exact")
 
 

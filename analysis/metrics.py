@@ -44,7 +44,7 @@ from analysis.ingest import SCHEMA as EVENTS_SCHEMA
 from analysis.ingest import IngestResult
 from analysis.idontwant import idontwant_summary
 from analysis.implementations import declared, per_implementation
-from analysis.loss_repair import loss_summary, repair_after_loss
+from analysis.loss_repair import loss_summary, repair_after_loss, subtree_repair, subtree_summary
 from analysis.mesh_churn import churn_summary, mesh_churn
 from analysis.mesh import mesh_link_changes, mesh_links_at, snapshot_times
 from analysis.mesh_sybils import mesh_sybil_samples, mesh_sybil_summary
@@ -661,7 +661,8 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     step("messages in flight at the end")
     in_flight = dlv.in_flight(unmatched, ctx.down, ctx.t_end, d.frame)
 
-    recovery, router["repair_after_loss"], router["tree"] = _after_churn(run, ctx, per_node, d, out_dir, step)
+    recovery, router["repair_after_loss"], router["subtree_repair"], router["tree"] = _after_churn(
+        run, ctx, per_node, d, first, out_dir, step)
 
     summary = summarize(
         run, ctx, per_node, nodes_df, d.per_message, d.per_message[d.per_message["expected"] > 0], d.latency,
@@ -676,16 +677,20 @@ def compute(spark, run: RunDir, ingested: IngestResult, progress=None) -> dict[s
     return _with_structure_figures(summary, run, ctx, per_node, nodes_df, d, mesh)
 
 
-def _after_churn(run: RunDir, ctx: Context, per_node: pd.DataFrame, d: _Deliveries, out_dir: Path,
-                 step: Callable[[str], None]) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None]:
-    """Recovery after churn, the time to repair after each node lost
-    (analysis/loss_repair.py) and the tree figures of a run with tree files
-    (analysis/tree.py)."""
+def _after_churn(run: RunDir, ctx: Context, per_node: pd.DataFrame, d: _Deliveries, first: Any, out_dir: Path,
+                 step: Callable[[str], None]
+                 ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    """Recovery after churn, the time to repair after each node lost and
+    its subtree (analysis/loss_repair.py), and the tree figures of a run
+    with tree files (analysis/tree.py). `first`: the first deliveries."""
     step("recovery after churn")
     recovery = recovery_after_churn(d.per_message, ctx.churn, ctx.t0, ctx.t_end)
     loss = loss_summary(repair_after_loss(d.per_message, ctx.resets, ctx.t0))
+    publishers = {m: list(p) for m, p in zip(d.per_message["msg"], d.per_message["publishers"])}
+    subtree = subtree_summary(subtree_repair(first.select(["msg", "node", "from_peer"]).to_pandas(), d.frame,
+                                             publishers, ctx.resets, ctx.down, ctx.t0))
     step("tree figures")
-    return recovery, loss, tree_summary(run.path, per_node, ctx.subscriptions, ctx.down, ctx.resets,
+    return recovery, loss, subtree, tree_summary(run.path, per_node, ctx.subscriptions, ctx.down, ctx.resets,
                                         (ctx.t0, ctx.t_end), out_dir)
 
 

@@ -95,6 +95,21 @@ def test_repair_after_each_node_lost_agrees_with_the_traces_and_the_flat_aliases
         assert s[f"tree_{key}"] == s["tree"][key], key
 
 
+def test_subtree_repair_agrees_with_the_traces(analysed):
+    """Per node lost, the nodes it fed and how long they waited for their
+    next message, against the census of the raw traces; the run has tree
+    nodes among its losses, every child repaired, each after the loss."""
+    run, s, census = analysed
+    want = trace_census.subtree_repair(run, census)
+    got = s["subtree_repair"]
+    assert {k: v for k, v in got.items() if k != "per_loss"} == pytest.approx(
+        {k: v for k, v in want.items() if k != "per_loss"})
+    assert got["per_loss"] == [pytest.approx(a) for a in want["per_loss"]]
+    assert got["losses"] >= 1 and got["children"] >= got["losses"] and got["unrepaired"] == 0
+    assert all(a["repair_s"] > 0 for a in got["per_loss"])
+    assert s["subtree_repair_max_s"] == got["max_s"]
+
+
 def test_the_tree_tables_agree_with_the_summary(analysed):
     run, s, _ = analysed
     msgs = pd.read_parquet(run / "metrics" / "tree_messages.parquet")
@@ -108,7 +123,7 @@ def test_the_tree_tables_agree_with_the_summary(analysed):
 def test_every_tree_key_is_documented(analysed):
     _, s, _ = analysed
     doc = (ROOT / "docs" / "metrics.md").read_text()
-    for group in ("tree", "repair_after_loss"):
+    for group in ("tree", "repair_after_loss", "subtree_repair"):
         row = re.search(rf"^\| {group} \{{([^}}]*)\}} \|", doc, re.M)
         assert row, group
         assert sorted(k.strip() for k in row.group(1).split(",")) == sorted(s[group]), group

@@ -140,6 +140,8 @@ class Census:
     latencies_by_node: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # as a receiver
     publish_ts: dict[bytes, int] = field(default_factory=dict)  # message -> its first PUBLISH_MESSAGE
     joins: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)  # node -> (ts, JOIN/LEAVE, topic)
+    first_from: dict[tuple[str, bytes], str] = field(default_factory=dict)  # (node, message) -> its first copy's sender
+    publishers: dict[bytes, set[str]] = field(default_factory=dict)  # message -> the nodes that published it
 
     def test_plans(self, names: set[str]) -> dict[str, float | None]:
         """test-plans' gossipsub-interop figures (analyze_message_deliveries.py)
@@ -275,6 +277,7 @@ def count(run: Path, traces: Path | None = None) -> Census:
                     c.repeated_delivers += 1
                 if key not in first_deliver or ev.timestamp < first_deliver[key]:
                     first_deliver[key] = ev.timestamp
+                    c.first_from[key] = _node_of(ev.deliverMessage.receivedFrom, names)
             elif ev.type in (T.JOIN, T.LEAVE):
                 topic = ev.join.topic if ev.type == T.JOIN else ev.leave.topic
                 joins[node].append((ev.timestamp, ev.type, topic))
@@ -295,6 +298,7 @@ def count(run: Path, traces: Path | None = None) -> Census:
     down = _down_intervals(run)
     c.messages = len(published)
     c.publish_ts = {m: ts for m, (ts, _, _) in published.items()}
+    c.publishers = {m: pubs for m, (_, _, pubs) in published.items()}
     c.joins = dict(joins)
     c.first_publish_ns = min((ts for ts, _, _ in published.values()), default=None)
     everyone = _traced(run) or set(topics_of) | c.nodes_with_records
@@ -686,6 +690,49 @@ def repair_after_loss(run: Path, census: Census) -> dict:
     times = [a["repair_s"] for a in per_loss if a["repair_s"] is not None]
     return {"losses": len(per_loss), "unrepaired": len(per_loss) - len(times), "p50_s": _pct(times, 50),
             "max_s": max(times, default=None), "per_loss": per_loss}
+
+
+def subtree_repair(run: Path, census: Census) -> dict:
+    """summary.json's `subtree_repair` counted by hand: per node_down, the
+    nodes whose first copy (receivedFrom of their first DELIVER_MESSAGE)
+    of each publisher's last message before it came from the lost node,
+    less those down then; per child that was expected to receive a message
+    published at or after the loss, its first such delivery."""
+    down = _down_intervals(run)
+    per_loss, latencies = [], []
+    for node, ts in sorted(_node_downs(run), key=lambda d: (d[1], d[0])):
+        last: dict[str, tuple[int, bytes]] = {}
+        for m, pub in census.publish_ts.items():
+            source = min(census.publishers[m])
+            if pub < ts and source != node and (source not in last or pub >= last[source][0]):
+                last[source] = (pub, m)
+        children = {n for (n, m), sender in census.first_from.items()
+                    if sender == node and n != node and m in {m for _, m in last.values()}
+                    and not any(a <= ts < b for a, b in down.get(n, ()))}
+        if not children:
+            continue
+        firsts: dict[str, tuple[int, float]] = {}
+        waiting = set()
+        for m, got in census.expected_by_msg.items():
+            if census.publish_ts[m] < ts:
+                continue
+            for n in children & set(got):
+                waiting.add(n)
+                if got[n] is not None and (n not in firsts or got[n] < firsts[n][0]):
+                    firsts[n] = (got[n], (got[n] - census.publish_ts[m]) / 1e6)
+        never = len(waiting - set(firsts))
+        lat = [v for _, v in firsts.values()]
+        latencies += lat
+        per_loss.append({"node": node, "t_s": (ts - run_t0(run)) / 1e9, "children": len(children),
+                         "waiting": len(waiting), "unrepaired": never,
+                         "repair_s": max((t - ts) / 1e9 for t, _ in firsts.values()) if firsts and not never else None,
+                         "first_latency_max_ms": max(lat, default=None)})
+    times = [a["repair_s"] for a in per_loss if a["repair_s"] is not None]
+    return {"losses": len(per_loss), "children": sum(a["children"] for a in per_loss),
+            "waiting": sum(a["waiting"] for a in per_loss), "unrepaired": sum(a["unrepaired"] for a in per_loss),
+            "p50_s": _pct(times, 50), "max_s": max(times, default=None),
+            "first_latency_p50_ms": _pct(latencies, 50), "first_latency_max_ms": max(latencies, default=None),
+            "per_loss": per_loss}
 
 
 def _active_degree(run: Path, rows: dict[str, list[dict[str, str]]], census: Census) -> dict:
