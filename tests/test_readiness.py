@@ -47,3 +47,85 @@ def test_a_node_that_answers_is_judged_by_its_own_mesh():
     assert not r.meshed("ours-0", status)
     status["mesh"]["t"].append("img-2")
     assert r.meshed("ours-0", status)
+
+
+class _Clock:
+    """Virtual time for readiness.wait: monotonic() reads it, sleep() moves it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def time_ns(self) -> int:
+        return int(self.now * 1e9)
+
+
+class _SlowBackend:
+    """Node i answers its control endpoint from `answers[i]` seconds and is
+    connected to both ring neighbours from `connects[i]` (None: never)."""
+
+    def __init__(self, clock: _Clock, names: list[str], answers: list[float], connects: list[float | None]) -> None:
+        self.clock, self.names, self.answers, self.connects = clock, names, answers, connects
+
+    def is_running(self, name: str) -> bool:
+        return True
+
+    def control_client(self, name: str):
+        i = self.names.index(name)
+        backend = self
+
+        class Client:
+            def try_call(self, cmd: str, timeout: float) -> dict | None:
+                now = backend.clock.now
+                if now < backend.answers[i]:
+                    return None
+                connected = backend.connects[i] is not None and now >= backend.connects[i]
+                ring = [backend.names[(i - 1) % len(backend.names)], backend.names[(i + 1) % len(backend.names)]]
+                return {"name": name, "peers": ring if connected else [], "mesh": {}}
+
+        return Client()
+
+
+def _ring_wait(monkeypatch, answers: list[float], connects: list[float | None], timeout: float) -> tuple[float, str]:
+    """(virtual seconds the wait took, its error or "")."""
+    import orchestrator.run.readiness as readiness_module
+    from orchestrator.errors import TestbedError
+    from orchestrator.progress import Reporter
+
+    clock = _Clock()
+    monkeypatch.setattr(readiness_module, "time", clock)
+    names = [f"n{i}" for i in range(len(answers))]
+    nodes = {n: NodeState(n, "floodsub", 1, [names[(i - 1) % len(names)], names[(i + 1) % len(names)]], 0,
+                          NodeLife(topics=frozenset({"t"}))) for i, n in enumerate(names)}
+    r = Readiness(nodes, _SlowBackend(clock, names, answers, connects), warn=print, event=lambda *a, **k: None)
+    try:
+        r.wait(names, timeout, Reporter(), mesh_timeout=0)
+    except TestbedError as exc:
+        return clock.now, str(exc)
+    return clock.now, ""
+
+
+def test_nodes_that_keep_coming_up_are_waited_for_beyond_the_timeout(monkeypatch):
+    """One node more every 1.5 s, the last at 7.5 s, with a 4 s timeout:
+    each one that comes up gives the others 2 s more."""
+    took, error = _ring_wait(monkeypatch, [0.0] * 6, [1.5 * i for i in range(6)], timeout=4.0)
+    assert error == "" and 7.5 <= took < 8.0
+
+
+def test_a_network_that_stops_coming_up_fails_half_a_timeout_after_its_last_progress(monkeypatch):
+    took, error = _ring_wait(monkeypatch, [0.0] * 6, [0.0, 1.5, 3.0, 4.5, None, None], timeout=4.0)
+    assert "never came up" in error and "n4 (missing" in error and 6.5 <= took < 7.0
+
+
+def test_the_wait_never_outlasts_its_cap(monkeypatch):
+    """Nodes that answer one by one for ever, none ever connected: the wait
+    ends at STALL_CAP times the timeout, naming who is not connected."""
+    from orchestrator.run.readiness import STALL_CAP
+
+    took, error = _ring_wait(monkeypatch, [1.5 * i for i in range(40)], [None] * 40, timeout=4.0)
+    assert "not connected" in error and STALL_CAP * 4.0 <= took < STALL_CAP * 4.0 + 0.5

@@ -8,7 +8,15 @@ its status, peers and mesh, is what its neighbours report (`observed`)
 
 Each round asks every pending node at once (POLL_WORKERS at a time): asked
 one after another, 250 loaded routers took seconds per round, and a node
-that had just met its condition waited for the whole round to be seen."""
+that had just met its condition waited for the whole round to be seen.
+
+The wait for connections gives up `timeout` seconds after it began, or, while
+nodes keep making progress (answering for the first time, or becoming
+connected), half of `timeout` after the latest progress, and never later
+than STALL_CAP times `timeout`: on an overloaded host 100 routers that each
+dial a dozen peers at once come up over minutes, which is slow, not broken
+(the manifest's event-loop lag says how loaded it was); a network that
+stops coming up still fails after half the timeout of silence."""
 
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ from orchestrator.progress import Reporter
 
 POLL_S = 0.2
 POLL_WORKERS = 16  # status requests in flight at once
+STALL_CAP = 3.0  # the longest wait for connections, in multiples of its timeout
 
 
 class Readiness:
@@ -128,21 +137,29 @@ class Readiness:
     ) -> None:
         pending = set(names)
         last: dict[str, dict[str, Any] | None] = {}
+        answered: set[str] = set()
         dead: set[str] = set()
-        deadline = time.monotonic() + timeout
+        began = time.monotonic()
+        deadline = began + timeout
         with reporter.phase(f"waiting for {len(names)} nodes to connect", len(names)) as advance:
             while pending and time.monotonic() < deadline:
+                progress = False
                 for name, status in self.statuses(sorted(pending)).items():
                     last[name] = status
                     if status is None:
                         if not self.backend.is_running(name):
                             dead.add(name)
                         continue
+                    progress |= name not in answered
+                    answered.add(name)
                     if self.expected_peers(name) <= set(status.get("peers", [])):
                         pending.discard(name)
+                        progress = True
                         advance(1)
                 if dead & pending:
                     break
+                if progress:
+                    deadline = min(began + STALL_CAP * timeout, max(deadline, time.monotonic() + timeout / 2))
                 if pending:
                     time.sleep(POLL_S)
         if pending:
