@@ -84,7 +84,9 @@ SUMMARY_KEYS = frozenset(
     honest_latency_p99_ms victims victim_expected_deliveries victim_deliveries victim_delivery_ratio
     victim_latency_p50_ms victim_latency_p99_ms mesh_sybil_fraction_max mesh_sybil_fraction_mean
     mesh_sybil_fraction_end victim_mesh_sybil_fraction_max victim_mesh_sybil_fraction_mean
-    victim_mesh_sybil_fraction_end victim_mesh_all_sybil_share""".split()
+    victim_mesh_sybil_fraction_end victim_mesh_all_sybil_share censored_publishers
+    censored_expected_deliveries censored_deliveries censored_delivery_ratio censored_latency_p50_ms
+    censored_latency_p99_ms""".split()
 )
 # Groups whose figures also have flat names, `<group>_<figure>`: those every
 # summary has, those only some runs have (metrics.flat_aliases), and a

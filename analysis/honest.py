@@ -1,7 +1,8 @@
 """The honest nodes' side of a run with sybils: delivery ratio and latency
-percentiles over the expected recipients that are not sybils, and over the
-victims the sybils eclipse, which is what an attack is judged by (the
-hardening report measures honest nodes only).
+percentiles over the expected recipients that are not sybils, over the
+victims the sybils eclipse, and over the honest recipients of the messages
+of the publishers the sybils censor, which is what an attack is judged by
+(the hardening report measures honest nodes only).
 Which nodes are sybils comes from topology.json (`adversary` not null); in a
 run without sybils every node is honest and the figures equal the overall
 ones. Percentiles are computed as the overall ones are (Spark's
@@ -26,16 +27,31 @@ def victim_names(topology_nodes: list[dict[str, Any]]) -> set[str]:
     return {str(t) for n in topology_nodes if n.get("adversary") for t in n["adversary"].get("eclipse") or ()}
 
 
-def honest_summary(topology_nodes: list[dict[str, Any]], deliveries: pd.DataFrame) -> dict[str, Any]:
-    """summary.json's `sybils` and `victims` (how many) and the figures of
-    the honest nodes and of the victims among them (null without victims),
-    flat so that expectations can name them. `deliveries` is
-    deliveries.parquet's table (one row per message and expected recipient)."""
+def censored_names(topology_nodes: list[dict[str, Any]]) -> set[str]:
+    """The publishers some sybil censors (`censor_publishers`)."""
+    return {str(t) for n in topology_nodes if n.get("adversary")
+            for t in n["adversary"].get("censor_publishers") or ()}
+
+
+def honest_summary(topology_nodes: list[dict[str, Any]], deliveries: pd.DataFrame,
+                   publishers: dict[str, list[str]]) -> dict[str, Any]:
+    """summary.json's `sybils`, `victims` and `censored_publishers` (how
+    many) and the figures of the honest nodes, of the victims among them
+    and of the honest nodes' deliveries of the messages the censored
+    publishers published (ratios and latencies null without victims,
+    without censored publishers), flat so that expectations can name them.
+    `deliveries` is deliveries.parquet's table (one row per message and
+    expected recipient); `publishers` gives each message's publishers."""
     sybils = sybil_names(topology_nodes)
     victims = victim_names(topology_nodes)
-    honest = _figures("honest", deliveries[~deliveries["node"].isin(sybils)])
+    censored = censored_names(topology_nodes)
+    honest_rows = deliveries[~deliveries["node"].isin(sybils)]
+    censored_msgs = {m for m, pubs in publishers.items() if censored.intersection(pubs)}
+    honest = _figures("honest", honest_rows)
     victim = _figures("victim", deliveries[deliveries["node"].isin(victims)])
-    return {"sybils": len(sybils), "victims": len(victims), **honest, **victim}
+    of_censored = _figures("censored", honest_rows[honest_rows["msg"].isin(censored_msgs)])
+    return {"sybils": len(sybils), "victims": len(victims), "censored_publishers": len(censored),
+            **honest, **victim, **of_censored}
 
 
 def _figures(who: str, rows: pd.DataFrame) -> dict[str, Any]:

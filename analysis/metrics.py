@@ -701,7 +701,8 @@ def _with_structure_figures(summary: dict[str, Any], run: RunDir, ctx: Context, 
     summary["mesh_snapshots"] = [{"t_s": (snap.t_ns - ctx.t0) / NS, "label": snap.label,
                                   "down": sorted({n for n, start, end in ctx.down if start <= snap.t_ns < end})}
                                  for snap in mesh.snapshots]
-    summary.update(honest_summary(run.topology_nodes(), d.frame))
+    publishers = {m: list(p) for m, p in zip(d.per_message["msg"], d.per_message["publishers"])}
+    summary.update(honest_summary(run.topology_nodes(), d.frame, publishers))
     summary.update(mesh_sybil_summary(mesh.sybil_samples, mesh.sybils, mesh.victims, mesh.first_publish, ctx.t0,
                                       ctx.teardown))
     if declared(run.topology_nodes()):

@@ -59,12 +59,19 @@ def foreign(path: Path) -> set[str]:
     return out & {*FOREIGN, "image"}
 
 
-# Variants that show what a hardening is for: the file's expectation states
-# what the hardened router achieves, and the older router fails it (issue 39:
-# a v1.0 victim's mesh stays all sybils, v1.1's scores evict them). Every
-# other expectation passes.
+# Variants that fail an expectation of their file. Mostly what a hardening
+# is for: the file's expectation states what the hardened router achieves,
+# and the older router fails it (issue 39: a v1.0 victim's mesh stays all
+# sybils, v1.1's scores evict them). Also a hardened router that falls
+# short of its file's expectation, kept as it ran (never tuned) and
+# explained in docs/attacks.md: the censored target's mesh keeps its sybils
+# in v1.1 too (they deliver every other message first, so its scores rank
+# them high). Every other expectation passes.
 EXPECTED_TO_FAIL = {
     ("attack-eclipse-100.yaml", "v1_0"): {"victim_mesh_sybil_fraction_end < 0.5"},
+    ("attack-censorship-100.yaml", "v1_0"): {"victim_mesh_sybil_fraction_end < 0.5"},
+    ("attack-censorship-100.yaml", "v1_1"): {"victim_mesh_sybil_fraction_end < 0.5"},
+    ("attack-eclipse-publishers-100.yaml", "v1_0"): {"victim_mesh_sybil_fraction_end < 0.5"},
 }
 
 FILES = sorted(TOPOLOGIES.glob("*.yaml"))

@@ -139,9 +139,9 @@ class Census:
     expected_by_msg: dict[bytes, dict[str, int | None]] = field(default_factory=dict)  # receiver -> first DELIVER
     latencies_by_node: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # as a receiver
     publish_ts: dict[bytes, int] = field(default_factory=dict)  # message -> its first PUBLISH_MESSAGE
+    publishers_of: dict[bytes, set[str]] = field(default_factory=dict)  # message -> the nodes that published it
     joins: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)  # node -> (ts, JOIN/LEAVE, topic)
     first_from: dict[tuple[str, bytes], str] = field(default_factory=dict)  # (node, message) -> its first copy's sender
-    publishers: dict[bytes, set[str]] = field(default_factory=dict)  # message -> the nodes that published it
 
     def test_plans(self, names: set[str]) -> dict[str, float | None]:
         """test-plans' gossipsub-interop figures (analyze_message_deliveries.py)
@@ -298,7 +298,7 @@ def count(run: Path, traces: Path | None = None) -> Census:
     down = _down_intervals(run)
     c.messages = len(published)
     c.publish_ts = {m: ts for m, (ts, _, _) in published.items()}
-    c.publishers = {m: pubs for m, (_, _, pubs) in published.items()}
+    c.publishers_of = {m: pubs for m, (_, _, pubs) in published.items()}
     c.joins = dict(joins)
     c.first_publish_ns = min((ts for ts, _, _ in published.values()), default=None)
     everyone = _traced(run) or set(topics_of) | c.nodes_with_records
@@ -516,6 +516,11 @@ def assert_attack_agrees(run: Path, census: Census, summary: dict) -> None:
         delivered = sum(v for n, v in census.delivered_by_node.items() if among(n))
         if who == "honest" or victims:
             assert (summary[f"{who}_expected_deliveries"], summary[f"{who}_deliveries"]) == (expected, delivered), who
+    for key, want in censored_figures(run, census).items():
+        got = summary[key]
+        tol = US if key.endswith("_ms") else 0
+        assert (got is None and want is None) or (got is not None and want is not None and abs(got - want) <= tol), (
+            key, got, want)
     for key, want in mesh_sybil_figures(run, census).items():
         got = summary[key]
         assert (got is None and want is None) or abs(got - want) <= 1e-9, (key, got, want)
@@ -525,6 +530,33 @@ def assert_attack_agrees(run: Path, census: Census, summary: dict) -> None:
     assert set(got) == set(counted)
     for key, values in counted.items():
         assert got[key][0] == len(values) and abs(got[key][1] - _percentile(values, 0.5)) <= 1e-9, key
+
+
+def censored_figures(run: Path, census: Census) -> dict:
+    """summary.json's censored_* figures counted by hand: the honest
+    recipients' expected deliveries of every message a node named in some
+    sybil's `censor_publishers` published (its PUBLISH_MESSAGE in the
+    traces), and their latencies from the first publish."""
+    nodes = _topology_nodes(run)
+    sybils = {n["name"] for n in nodes if n.get("adversary")}
+    censored = {t for n in nodes if n.get("adversary") for t in n["adversary"].get("censor_publishers") or ()}
+    expected, latencies = 0, []
+    for m, receivers in census.expected_by_msg.items():
+        if not census.publishers_of[m] & censored:
+            continue
+        for node, got in receivers.items():
+            if node not in sybils:
+                expected += 1
+                if got is not None:
+                    latencies.append((got - census.publish_ts[m]) / 1e6)
+    return {
+        "censored_publishers": len(censored),
+        "censored_expected_deliveries": expected,
+        "censored_deliveries": len(latencies),
+        "censored_delivery_ratio": len(latencies) / expected if expected else None,
+        "censored_latency_p50_ms": _percentile(latencies, 0.5) if latencies else None,
+        "censored_latency_p99_ms": _percentile(latencies, 0.99) if latencies else None,
+    }
 
 
 def scores_by_side(run: Path, sybil_ids: set[str], sybils: set[str]) -> dict[tuple[int, str], list[float]]:
@@ -703,7 +735,7 @@ def subtree_repair(run: Path, census: Census) -> dict:
     for node, ts in sorted(_node_downs(run), key=lambda d: (d[1], d[0])):
         last: dict[str, tuple[int, bytes]] = {}
         for m, pub in census.publish_ts.items():
-            source = min(census.publishers[m])
+            source = min(census.publishers_of[m])
             if pub < ts and source != node and (source not in last or pub >= last[source][0]):
                 last[source] = (pub, m)
         children = {n for (n, m), sender in census.first_from.items()
