@@ -686,9 +686,8 @@ def _after_churn(run: RunDir, ctx: Context, per_node: pd.DataFrame, d: _Deliveri
     step("recovery after churn")
     recovery = recovery_after_churn(d.per_message, ctx.churn, ctx.t0, ctx.t_end)
     loss = loss_summary(repair_after_loss(d.per_message, ctx.resets, ctx.t0))
-    publishers = {m: list(p) for m, p in zip(d.per_message["msg"], d.per_message["publishers"])}
     subtree = subtree_summary(subtree_repair(first.select(["msg", "node", "from_peer"]).to_pandas(), d.frame,
-                                             publishers, ctx.resets, ctx.down, ctx.t0))
+                                             d.publishers, ctx.resets, ctx.down, ctx.t0))
     step("tree figures")
     return recovery, loss, subtree, tree_summary(run.path, per_node, ctx.subscriptions, ctx.down, ctx.resets,
                                         (ctx.t0, ctx.t_end), out_dir)
@@ -701,8 +700,7 @@ def _with_structure_figures(summary: dict[str, Any], run: RunDir, ctx: Context, 
     summary["mesh_snapshots"] = [{"t_s": (snap.t_ns - ctx.t0) / NS, "label": snap.label,
                                   "down": sorted({n for n, start, end in ctx.down if start <= snap.t_ns < end})}
                                  for snap in mesh.snapshots]
-    publishers = {m: list(p) for m, p in zip(d.per_message["msg"], d.per_message["publishers"])}
-    summary.update(honest_summary(run.topology_nodes(), d.frame, publishers))
+    summary.update(honest_summary(run.topology_nodes(), d.frame, d.publishers))
     summary.update(mesh_sybil_summary(mesh.sybil_samples, mesh.sybils, mesh.victims, mesh.first_publish, ctx.t0,
                                       ctx.teardown))
     if declared(run.topology_nodes()):
@@ -714,7 +712,8 @@ def _with_structure_figures(summary: dict[str, Any], run: RunDir, ctx: Context, 
 class _Deliveries:
     """What compute's delivery stage hands on: the deliveries (as Arrow and
     pandas), the per-message table, the latency distribution, the
-    deliveries nobody expected, and whether a lower bound was computed."""
+    deliveries nobody expected, whether a lower bound was computed, and
+    each message's publishers."""
 
     table: Any
     frame: pd.DataFrame
@@ -722,6 +721,7 @@ class _Deliveries:
     latency: Any
     unexpected: Any
     has_lower_bound: bool
+    publishers: dict[str, list[str]]
 
 
 def _deliveries(run: RunDir, ctx: Context, per_node: pd.DataFrame, msgs: pd.DataFrame, first: Any, out_dir: Path,
@@ -760,7 +760,7 @@ def _deliveries(run: RunDir, ctx: Context, per_node: pd.DataFrame, msgs: pd.Data
         else pd.DataFrame({"duplicates": pd.Series([], dtype="int64"), "messages": pd.Series([], dtype="int64")})
     )
     _write_pandas(dup_hist, out_dir / "duplicates_hist.parquet")
-    return _Deliveries(table, frame, msg_pd, lat, unexpected, bool(edges))
+    return _Deliveries(table, frame, msg_pd, lat, unexpected, bool(edges), publishers)
 
 
 @dataclass(frozen=True)
