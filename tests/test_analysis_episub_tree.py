@@ -81,13 +81,18 @@ def test_every_tree_figure_agrees_with_the_raw_tree_files_and_traces(analysed):
     assert want["active_near_mean"] > 0 and want["neighbor_downs"] > 0
 
 
-def test_repair_after_each_node_lost_agrees_with_the_traces_and_the_flat_aliases_match(analysed):
-    run, s, census = analysed
-    want = trace_census.repair_after_loss(run, census)
-    got = s["repair_after_loss"]
+def _agree_per_loss(got: dict, want: dict) -> None:
+    """A per-loss summary group against its count from the traces: the
+    totals, and each loss's row, in order."""
     assert {k: v for k, v in got.items() if k != "per_loss"} == pytest.approx(
         {k: v for k, v in want.items() if k != "per_loss"})
     assert got["per_loss"] == [pytest.approx(a) for a in want["per_loss"]]
+
+
+def test_repair_after_each_node_lost_agrees_with_the_traces_and_the_flat_aliases_match(analysed):
+    run, s, census = analysed
+    got = s["repair_after_loss"]
+    _agree_per_loss(got, trace_census.repair_after_loss(run, census))
     assert sorted(a["node"] for a in got["per_loss"]) == ["n5", "n6", "n7", "n9"]
     assert got["unrepaired"] == 0 and all(a["repair_s"] > 0 for a in got["per_loss"])
     assert s["repair_after_loss_max_s"] == got["max_s"]
@@ -100,11 +105,8 @@ def test_subtree_repair_agrees_with_the_traces(analysed):
     next message, against the census of the raw traces; the run has tree
     nodes among its losses, every child repaired, each after the loss."""
     run, s, census = analysed
-    want = trace_census.subtree_repair(run, census)
     got = s["subtree_repair"]
-    assert {k: v for k, v in got.items() if k != "per_loss"} == pytest.approx(
-        {k: v for k, v in want.items() if k != "per_loss"})
-    assert got["per_loss"] == [pytest.approx(a) for a in want["per_loss"]]
+    _agree_per_loss(got, trace_census.subtree_repair(run, census))
     assert got["losses"] >= 1 and got["children"] >= got["losses"] and got["unrepaired"] == 0
     assert all(a["repair_s"] > 0 for a in got["per_loss"])
     assert s["subtree_repair_max_s"] == got["max_s"]

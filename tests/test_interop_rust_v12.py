@@ -90,21 +90,23 @@ def _ids() -> dict[bytes, str]:
     return {identity_for_index(i).peer_id: n for i, n in enumerate(OURS + RUST)}
 
 
-def _control(run_dir: Path, node: str) -> list[tuple[int, str, str, str]]:
-    """(time, "send"/"recv", peer name, kind) for every GRAFT, PRUNE and
-    IDONTWANT in `node`'s RPCs."""
+def _rpcs(run_dir: Path, node: str):
+    """(time, "send"/"recv", peer name, control meta) for each RPC in `node`'s trace."""
     names = _ids()
-    out = []
     for ev in read_trace(run_dir / "traces" / f"{node}.pb"):
         if ev.type not in (TraceType.SEND_RPC, TraceType.RECV_RPC):
             continue
         send = ev.type == TraceType.SEND_RPC
         rpc = ev.sendRPC if send else ev.recvRPC
-        peer = names.get(rpc.sendTo if send else rpc.receivedFrom, "?")
-        for kind in ("graft", "prune", "idontwant"):
-            if len(getattr(rpc.meta.control, kind)):
-                out.append((ev.timestamp, "send" if send else "recv", peer, kind))
-    return out
+        yield ev.timestamp, "send" if send else "recv", names.get(rpc.sendTo if send else rpc.receivedFrom, "?"), \
+            rpc.meta.control
+
+
+def _control(run_dir: Path, node: str) -> list[tuple[int, str, str, str]]:
+    """(time, "send"/"recv", peer name, kind) for every GRAFT, PRUNE and
+    IDONTWANT in `node`'s RPCs."""
+    return [(t, direction, peer, kind) for t, direction, peer, control in _rpcs(run_dir, node)
+            for kind in ("graft", "prune", "idontwant") if len(getattr(control, kind))]
 
 
 @needs_docker
@@ -117,17 +119,8 @@ def test_idontwant_crosses_both_ways(run_dir):
 def _idontwant_ids(run_dir: Path, node: str) -> set[tuple[str, str, str, bytes]]:
     """(direction, this node, the peer, message id) for every IDONTWANT id in
     `node`'s traced RPCs."""
-    names = _ids()
-    out = set()
-    for ev in read_trace(run_dir / "traces" / f"{node}.pb"):
-        if ev.type not in (TraceType.SEND_RPC, TraceType.RECV_RPC):
-            continue
-        send = ev.type == TraceType.SEND_RPC
-        rpc = ev.sendRPC if send else ev.recvRPC
-        peer = names.get(rpc.sendTo if send else rpc.receivedFrom, "?")
-        for idontwant in rpc.meta.control.idontwant:
-            out |= {("send" if send else "recv", node, peer, mid) for mid in idontwant.messageIDs}
-    return out
+    return {(direction, node, peer, mid) for _, direction, peer, control in _rpcs(run_dir, node)
+            for idontwant in control.idontwant for mid in idontwant.messageIDs}
 
 
 @needs_docker
