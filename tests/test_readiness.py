@@ -61,9 +61,6 @@ class _Clock:
     def sleep(self, seconds: float) -> None:
         self.now += seconds
 
-    def time_ns(self) -> int:
-        return int(self.now * 1e9)
-
 
 class _SlowBackend:
     """Node i answers its control endpoint from `answers[i]` seconds and is
