@@ -9,13 +9,16 @@ import pytest
 
 from node.engine import TraceType
 from node.engine.adversary import (
-    Censor, Covert, Degrade, Eclipse, GraftDuringBackoff, IHaveFlood, IWantFlood, Sybil,
+    BadBoy, Censor, Covert, Degrade, Eclipse, GraftDuringBackoff, IHaveFlood, InvalidMessages, IWantFlood, Sybil,
 )
-from node.wire.rpc import Control, Prune, Rpc
+from node.wire.rpc import Control, Graft, Prune, Rpc
 from tests.engine_harness import S, Network
 
 T = "t"
 P7 = {"BehaviourPenaltyWeight": -1.0, "BehaviourPenaltyDecay": 0.9}  # only P7 counts
+SMALL_MESH = {"D": 2, "D_low": 2, "D_high": 3}
+V11_QUOTAS = {"D_out": 1, "D_score": 1}  # within v1.1's rules for that small a mesh
+P4 = {"TopicWeight": 1.0, "InvalidMessageDeliveriesWeight": -1.0, "InvalidMessageDeliveriesDecay": 0.9}  # only P4
 
 
 def line(kind: str, behaviours: tuple, params: dict | None = None) -> Network:
@@ -137,3 +140,73 @@ def test_graft_during_backoff_is_a_behaviour_penalty_for_a_v11_victim() -> None:
     grafts = [g for rpc in net.sent_between("s", "b") if rpc.control for g in rpc.control.graft]
     assert len(grafts) >= 2
     assert victim.score.score(b"s") < 0
+
+
+def star(kind: str, behaviours: tuple, params: dict, honest: int = 6) -> Network:
+    """A sybil s dialled by every honest node h0.. (inbound peers, which a
+    v1.1 engine refuses at D_high); the honest nodes form a ring, so each
+    has other peers to mesh with."""
+    names = [f"h{i}" for i in range(honest)]
+    net = Network({"s": kind, **{n: kind for n in names}}, params=params, seed=7)
+    net.engines["s"] = Sybil(net.engines["s"], behaviours, random.Random(5))
+    for i, name in enumerate(names):
+        net.connect(name, "s")
+        net.connect(name, names[(i + 1) % honest])
+    net.join_all(T)
+    net.settle()
+    return net
+
+
+@pytest.mark.parametrize("kind", ["gossipsub", "gossipsub-v1.1"])
+def test_bad_boy_grafts_every_peer_and_never_prunes_or_gossips(kind: str) -> None:
+    """Its engine would keep 2 to 3 mesh peers; the bad boy holds all six
+    and sends neither PRUNE nor IHAVE, and its trace shows no PRUNE."""
+    net = star(kind, (BadBoy(),), {**SMALL_MESH, **(V11_QUOTAS if kind != "gossipsub" else {})})
+    net.start_heartbeats()
+    for _ in range(5):
+        net.publish("h0", T, bytes([len(net.delivered_ids("s"))]))
+        net.run_for(1)
+    sybil = net.engines["s"]
+    assert sybil.engine.mesh[T] == {f"h{i}".encode() for i in range(6)}
+    sent = [rpc for n in net.names if n != "s" for rpc in net.sent_between("s", n)]
+    assert not any(rpc.control and (rpc.control.prune or rpc.control.ihave) for rpc in sent)
+    assert not net.events("s", TraceType.PRUNE)
+    assert net.events("s", TraceType.GRAFT)
+
+
+def test_bad_boy_regrafts_a_peer_a_minute_after_its_prune() -> None:
+    net = star("gossipsub-v1.1", (BadBoy(),), {**SMALL_MESH, **V11_QUOTAS})
+    net.heartbeat("s")
+    net.settle()
+    sybil = net.engines["s"]
+    assert b"h0" in sybil.engine.mesh[T]
+    net.receive("s", "h0", Rpc(control=Control(prune=(Prune(T, backoff=60),))))
+    assert b"h0" not in sybil.engine.mesh[T]
+    net.advance(59 * S)
+    net.heartbeat("s")
+    assert b"h0" not in sybil.engine.mesh[T]
+    net.advance(1 * S)
+    net.heartbeat("s")
+    assert b"h0" in sybil.engine.mesh[T]
+
+
+def test_bad_boy_keeps_a_graft_its_engine_would_refuse() -> None:
+    """A v1.1 engine at D_high refuses an inbound GRAFT with a PRUNE; the
+    bad boy takes the peer instead."""
+    net = star("gossipsub-v1.1", (BadBoy(),), {**SMALL_MESH, **V11_QUOTAS}, honest=6)
+    sybil = net.engines["s"]
+    sybil.engine.mesh[T] = {b"h1", b"h2", b"h3"}
+    net.receive("s", "h0", Rpc(control=Control(graft=(Graft(T),))))
+    assert b"h0" in sybil.engine.mesh[T]
+    assert not any(rpc.control and rpc.control.prune for rpc in net.sent_between("s", "h0"))
+
+
+def test_invalid_messages_are_rejected_and_scored_into_p4() -> None:
+    net = line("gossipsub-v1.1", (InvalidMessages(3),), P4)
+    net.run_for(3)
+    rejected = net.events("b", TraceType.REJECT_MESSAGE)
+    assert len(rejected) >= 6 and {ev.reason for ev in rejected} == {"invalid signature"}
+    assert all(ev.peer == b"s" for ev in rejected)
+    assert not set(ev.message_id for ev in rejected) & set(net.delivered_ids("b"))
+    assert net.engines["b"].score.score(b"s") < 0
+    assert net.engines["b"].score.score(b"a") == 0

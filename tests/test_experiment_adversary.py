@@ -5,6 +5,7 @@ and run by the router daemon on the process and docker backends."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ from docker_fixtures import needs_docker
 from tests.spark_fixtures import requires_java
 from node.config import NodeConfig
 from node.engine.api import NS
-from node.trace.vocab import DROP_RPC
+from node.trace.vocab import DELIVER, DROP_RPC, REJECT, SEND_RPC
 from node.trace.file import read_trace
 from orchestrator.experiment.spec import load_experiment
 from orchestrator.routers.nodeconfigs import adversary_config
@@ -132,6 +133,64 @@ def test_the_simulator_runs_sybils_and_their_traces_show_what_they_withheld(tmp_
     topology = json.loads((out / "topology.json").read_text())
     by_name = {n["name"]: n for n in topology["nodes"]}
     assert by_name["s0"]["adversary"]["eclipse"] == ["h0"] and by_name["h0"]["adversary"] is None
+
+
+SPAM = """\
+name: spam
+seed: 1
+groups:
+  - name: honest
+    count: 12
+    router: gossipsub-v1.1
+    prefix: h
+    router_params: {TopicWeight: 1.0, InvalidMessageDeliveriesWeight: -1.0, InvalidMessageDeliveriesDecay: 0.9}
+  - name: sybils
+    count: 3
+    router: gossipsub-v1.1
+    prefix: s
+    adversary: {bad_boy: true, censor: true, invalid_messages: 2, attack_degree: 8}
+overlay: {type: random, degree: 3}
+links:
+  latency: {model: constant, ms: 20}
+workload:
+  messages: 5
+  interval: 1s
+  publishers: {nodes: [h1]}
+duration: 8s
+linger: 2s
+"""
+
+
+def test_simulated_bad_boys_never_prune_and_their_forged_messages_are_rejected_and_scored(tmp_path) -> None:
+    """In the simulator (modelled signatures): every forged message a sybil
+    sends is rejected as an invalid signature by the honest node it reaches,
+    none is delivered, the honest nodes' P4 of the sybils goes negative, and
+    bad boy GRAFTs and never sends a PRUNE or an IHAVE (the PRUNEs in its
+    trace are honest nodes leaving its mesh)."""
+    out = tmp_path / "run"
+    done = subprocess.run([TESTBED, "sim", str(write(tmp_path, SPAM)), "--out", str(out), "--no-report"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    traces = {p.stem: list(read_trace(p)) for p in (out / "traces").glob("*.pb")}
+    sybil_ids = {traces[f"s{i}"][0].peerID for i in range(3)}
+    rejected = [ev.rejectMessage for h in range(12) for ev in traces[f"h{h}"] if ev.type == REJECT]
+    assert rejected and {r.reason for r in rejected} == {"invalid signature"}
+    assert {r.receivedFrom for r in rejected} <= sybil_ids
+    delivered = {ev.deliverMessage.messageID for evs in traces.values() for ev in evs if ev.type == DELIVER}
+    assert not delivered & {r.messageID for r in rejected}
+    for i in range(3):
+        sent = [ev.sendRPC.meta.control for ev in traces[f"s{i}"] if ev.type == SEND_RPC]
+        assert any(c.graft for c in sent) and not any(c.prune or c.ihave for c in sent), i
+    b58 = peer_ids_b58(load_experiment(write(tmp_path, SPAM)).resolve(1))
+    sybils_b58 = {b58[f"s{i}"] for i in range(3)}
+    last: dict[tuple[str, str], float] = {}
+    for h in range(12):
+        with (out / "scores" / f"h{h}.csv").open() as f:
+            for row in csv.DictReader(f):
+                last[(f"h{h}", row["peer"])] = float(row["p4"])
+    assert any(peer in sybils_b58 for _, peer in last)
+    assert all(p4 < 0 for (_, peer), p4 in last.items() if peer in sybils_b58)
+    assert all(p4 == 0 for (_, peer), p4 in last.items() if peer not in sybils_b58)
 
 
 @requires_java

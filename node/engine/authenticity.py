@@ -18,7 +18,8 @@ The modes, in go-libp2p-pubsub's terms:
 
 `modelled=True` is the simulator's authenticity: no cryptography. Messages
 carry a signature of Ed25519's real size (64 zero bytes), so byte counts are
-right, and verification accepts a signature of that size.
+right, and verification accepts exactly that signature; a forged one
+(`forge`, 64 other bytes) fails, as it would fail a real verification.
 """
 
 from __future__ import annotations
@@ -112,6 +113,14 @@ class Authenticity:
         key = b"" if public_key_from_peer_id(from_peer) is not None else signer.public_key_proto
         return Message(from_peer, data, seq, topic, signature, key, id=mid)
 
+    def forge(self, from_peer: PeerId, seqno: int, topic: str, data: bytes, signature: bytes) -> Message:
+        """A message claiming `from_peer` as its author whose `signature`
+        is not its author's (an adversary's invalid message): every mode
+        rejects it, as an invalid or an unexpected signature."""
+        seq = seqno_bytes(seqno)
+        mid = message_id(self.message_id, from_peer, seq, data)
+        return Message(from_peer, data, seq, topic, signature, id=mid)
+
     # Receiving
 
     def reject_before_seen(self, msg: Message) -> str | None:
@@ -130,7 +139,7 @@ class Authenticity:
         if not msg.signature:
             return None
         if self.modelled:
-            return None if len(msg.signature) == ED25519_SIGNATURE_SIZE else REJECT_INVALID_SIGNATURE
+            return None if msg.signature == MODELLED_SIGNATURE else REJECT_INVALID_SIGNATURE
         return None if signature_valid(msg) else REJECT_INVALID_SIGNATURE
 
 

@@ -39,5 +39,6 @@ def adversary_spec(adv: Adversary | None) -> AdversarySpec | None:
     return AdversarySpec(
         censor=adv.censor, censor_publishers=tuple(adv.censor_publishers or ()), degrade=adv.degrade,
         eclipse=tuple(adv.eclipse or ()), ihave_flood=adv.ihave_flood, iwant_flood=adv.iwant_flood,
-        graft_during_backoff=adv.graft_during_backoff, start=adv.start,
+        graft_during_backoff=adv.graft_during_backoff,
+        bad_boy=adv.bad_boy, invalid_messages=adv.invalid_messages, start=adv.start,
     )

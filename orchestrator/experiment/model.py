@@ -32,6 +32,8 @@ class AdversarySpec:
     ihave_flood: int | None = None
     iwant_flood: int | None = None
     graft_during_backoff: bool = False
+    bad_boy: bool = False
+    invalid_messages: int | None = None  # forged messages per heartbeat
     start: float = 0.0
 
 

@@ -188,16 +188,19 @@ class Adversary(Part):
     ihave_flood: v.integer("made-up ids per IHAVE", ge=1, le=100_000) | None = None  # type: ignore[valid-type]
     iwant_flood: v.integer("repeats of each IWANT", ge=1, le=1_000) | None = None  # type: ignore[valid-type]
     graft_during_backoff: v.Flag = False
+    bad_boy: v.Flag = Field(False, description="GRAFT every topic peer, never PRUNE, never gossip, regraft a minute after a PRUNE (the hardening report's sybil)")
+    invalid_messages: v.integer("forged messages per heartbeat", ge=1, le=1_000) | None = None  # type: ignore[valid-type]
     attack_degree: v.integer("honest nodes each sybil connects to", ge=1, le=v.MAX_DEGREE) | None = None  # type: ignore[valid-type]
     start: v.Time = 0.0
 
     @model_validator(mode="after")
     def _rules(self) -> Adversary:
         behaviours = (self.censor, self.censor_publishers, self.degrade is not None, self.eclipse,
-                      self.ihave_flood, self.iwant_flood, self.graft_during_backoff)
+                      self.ihave_flood, self.iwant_flood, self.graft_during_backoff, self.bad_boy,
+                      self.invalid_messages)
         if not any(behaviours):
             raise v.problem("an adversary needs at least one behaviour: censor, censor_publishers, degrade, eclipse, "
-                            "ihave_flood, iwant_flood or graft_during_backoff")
+                            "ihave_flood, iwant_flood, graft_during_backoff, bad_boy or invalid_messages")
         if self.censor and self.censor_publishers:
             raise v.problem("censor censors everyone; censor_publishers only those: give one of them", "censor_publishers")
         return self

@@ -17,7 +17,8 @@ def sybil_spec(spec: AdversarySpec, peer_id: Mapping[str, PeerId]) -> SybilSpec:
     return SybilSpec(
         censor=spec.censor, censor_publishers=frozenset(peer_id[n] for n in spec.censor_publishers),
         degrade=spec.degrade, eclipse=frozenset(peer_id[n] for n in spec.eclipse), ihave_flood=spec.ihave_flood,
-        iwant_flood=spec.iwant_flood, graft_during_backoff=spec.graft_during_backoff, start=spec.start,
+        iwant_flood=spec.iwant_flood, graft_during_backoff=spec.graft_during_backoff,
+        bad_boy=spec.bad_boy, invalid_messages=spec.invalid_messages, start=spec.start,
     )
 
 

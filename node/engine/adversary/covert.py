@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from node.engine.adversary.behaviour import Behaviour
 from node.engine.api import OutputBuilder
-from node.wire.rpc import Message
+from node.wire.rpc import Control, Message
 
 if TYPE_CHECKING:
     from node.engine.adversary.sybil import Sybil
@@ -25,6 +25,12 @@ class Covert:
 
     def withholds(self, now: int, msg: Message, draw: float) -> bool:
         return now >= self.at and any(b.withholds(now, msg, draw) for b in self.then)
+
+    def controls(self, now: int, control: Control) -> Control:
+        if now >= self.at:
+            for behaviour in self.then:
+                control = behaviour.controls(now, control)
+        return control
 
     def attack(self, now: int, sybil: Sybil, out: OutputBuilder) -> None:
         if now >= self.at:

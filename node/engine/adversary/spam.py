@@ -8,7 +8,13 @@ for (its spec's "Spam Protection Measures").
   `repeats` times at every heartbeat (v1.1 caps retransmissions).
 - `GraftDuringBackoff`: GRAFT again, at the next heartbeat, every peer that
   pruned the sybil, ignoring the backoff the PRUNE asked for (v1.1 counts
-  that into P7)."""
+  that into P7).
+- `InvalidMessages`: new messages in the sybil's name with a forged
+  signature to every topic peer at every heartbeat; each is rejected
+  ("invalid signature"), which v1.1 counts into P4 of the peer it came from.
+
+Choosing broken promises: `IHaveFlood` promises ids that never existed;
+`Censor` breaks real ones (its engine gossips what it withholds)."""
 
 from __future__ import annotations
 
@@ -17,11 +23,13 @@ from typing import TYPE_CHECKING
 
 from node.engine.adversary.behaviour import Passive
 from node.engine.api import OutputBuilder
+from node.libp2p.identity import ED25519_SIGNATURE_SIZE
 
 if TYPE_CHECKING:
     from node.engine.adversary.sybil import Sybil
 
 FAKE_ID_BYTES = 20  # as long as a default (from + seqno) id would look in a trace
+INVALID_DATA_BYTES = 64  # an invalid message's payload
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,22 @@ class IWantFlood(Passive):
 @dataclass(frozen=True)
 class GraftDuringBackoff(Passive):
     def attack(self, now: int, sybil: Sybil, out: OutputBuilder) -> None:
-        for topic, peer in sorted(sybil.pruned_by):
+        for topic, peer in sybil.pruned_since(sybil.last_heartbeat):
             sybil.force_graft(out, peer, topic)
-        sybil.pruned_by.clear()
+
+
+@dataclass(frozen=True)
+class InvalidMessages(Passive):
+    count: int  # forged messages per heartbeat, each to every topic peer
+
+    def attack(self, now: int, sybil: Sybil, out: OutputBuilder) -> None:
+        auth = sybil.engine.auth
+        for topic in sorted(sybil.topics()):
+            peers = sorted(sybil.topic_peers(topic))
+            if not peers:
+                continue
+            for _ in range(self.count):
+                msg = auth.forge(sybil.peer_id, sybil.rng.getrandbits(64), topic, sybil.rng.randbytes(INVALID_DATA_BYTES),
+                                 sybil.rng.randbytes(ED25519_SIGNATURE_SIZE))
+                for peer in peers:
+                    out.forward(peer, msg)

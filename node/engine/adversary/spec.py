@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from node.engine.adversary.bad_boy import BadBoy
 from node.engine.adversary.behaviour import Behaviour
 from node.engine.adversary.censor import Censor
 from node.engine.adversary.covert import Covert
 from node.engine.adversary.degrade import Degrade
 from node.engine.adversary.eclipse import Eclipse
-from node.engine.adversary.spam import GraftDuringBackoff, IHaveFlood, IWantFlood
+from node.engine.adversary.spam import GraftDuringBackoff, IHaveFlood, InvalidMessages, IWantFlood
 from node.engine.api import NS
 from node.wire.rpc import PeerId
 
@@ -30,6 +31,8 @@ class SybilSpec:
     ihave_flood: int | None = None
     iwant_flood: int | None = None
     graft_during_backoff: bool = False
+    bad_boy: bool = False
+    invalid_messages: int | None = None  # forged messages per heartbeat
     start: float = 0.0  # workload seconds; later than 0: covert until then
 
     def behaviours(self, origin: int | None) -> tuple[Behaviour, ...]:
@@ -49,6 +52,10 @@ class SybilSpec:
             out.append(IWantFlood(self.iwant_flood))
         if self.graft_during_backoff:
             out.append(GraftDuringBackoff())
+        if self.bad_boy:
+            out.append(BadBoy())
+        if self.invalid_messages is not None:
+            out.append(InvalidMessages(self.invalid_messages))
         if self.start > 0:
             return (Covert(NEVER if origin is None else origin + round(self.start * NS), tuple(out)),)
         return tuple(out)

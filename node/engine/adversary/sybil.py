@@ -6,7 +6,9 @@ rule in the engine it belongs to.
 What the sybil does shows in go's trace vocabulary: a message it withholds
 from a peer is a DROP_RPC to that peer carrying the withheld messages (go
 records DROP_RPC for an RPC it had for a peer and did not send), and its
-floods and forced GRAFTs are ordinary SEND_RPC and GRAFT events."""
+floods and forced GRAFTs are ordinary SEND_RPC and GRAFT events. Control a
+behaviour leaves out never happened: a PRUNE the sybil does not send leaves
+the peer in its mesh and no PRUNE in its trace."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import random
 from node.engine.adversary.behaviour import Behaviour
 from node.engine.api import Output, OutputBuilder, TraceEvent, TraceType
 from node.engine.gossipsub import GossipSubRouter
-from node.wire.rpc import Message, MessageId, PeerId, Rpc
+from node.wire.rpc import Control, Message, MessageId, PeerId, Rpc
 
 
 class Sybil:
@@ -29,7 +31,8 @@ class Sybil:
         self.behaviours = behaviours
         self.rng = rng
         self._salt = rng.randbytes(8)
-        self.pruned_by: set[tuple[str, PeerId]] = set()  # (topic, peer) PRUNEs received since the last heartbeat
+        self.pruned_at: dict[tuple[str, PeerId], int] = {}  # (topic, peer): when that peer last pruned us
+        self.last_heartbeat = 0  # when the previous heartbeat ran (ns)
         self.peer_id = engine.peer_id
         self.protocol_id = engine.protocol_id
         self.supported_protocols = engine.supported_protocols
@@ -57,16 +60,20 @@ class Sybil:
 
     # The Router inputs
 
+    def pruned_since(self, since: int) -> list[tuple[str, PeerId]]:
+        """(topic, peer) of the PRUNEs received at or after `since`."""
+        return sorted(key for key, at in self.pruned_at.items() if at >= since)
+
     def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False) -> Output:
         return self._edit(now, self.engine.add_peer(now, peer, protocol, outbound))
 
     def remove_peer(self, now: int, peer: PeerId) -> Output:
-        self.pruned_by = {(t, p) for t, p in self.pruned_by if p != peer}
+        self.pruned_at = {key: at for key, at in self.pruned_at.items() if key[1] != peer}
         return self._edit(now, self.engine.remove_peer(now, peer))
 
     def handle_rpc(self, now: int, peer: PeerId, rpc: Rpc) -> Output:
         if rpc.control is not None:
-            self.pruned_by.update((prune.topic, peer) for prune in rpc.control.prune)
+            self.pruned_at.update(((prune.topic, peer), now) for prune in rpc.control.prune)
         return self._edit(now, self.engine.handle_rpc(now, peer, rpc))
 
     def join(self, now: int, topic: str) -> Output:
@@ -89,6 +96,7 @@ class Sybil:
         out = OutputBuilder(now)
         for behaviour in self.behaviours:
             behaviour.attack(now, self, out)
+        self.last_heartbeat = now
         return _merge(honest, out.build())
 
     # Withholding
@@ -106,11 +114,13 @@ class Sybil:
 
     def _edit(self, now: int, out: Output) -> Output:
         """The engine's output less the messages the behaviours withhold,
-        each withheld send traced as DROP_RPC."""
-        if not any(rpc.publish for _, rpc in out.sends):
+        each withheld send traced as DROP_RPC, and with the control the
+        behaviours let out."""
+        if not any(rpc.publish or rpc.control is not None for _, rpc in out.sends):
             return out
         sends: list[tuple[PeerId, Rpc]] = []
         dropped: list[TraceEvent] = []
+        held: set[tuple[PeerId, str]] = set()
         for peer, rpc in out.sends:
             withholds = [self._withheld(now, m) for m in rpc.publish]
             if any(withholds):
@@ -118,9 +128,32 @@ class Sybil:
                 withheld = tuple(m for m, w in zip(rpc.publish, withholds) if w)
                 dropped.append(TraceEvent(TraceType.DROP_RPC, now, peer=peer, rpc=Rpc(publish=withheld)))
                 rpc = Rpc(rpc.subscriptions, kept, rpc.control)
+            if rpc.control is not None:
+                control = self._controls(now, peer, rpc.control, held)
+                rpc = Rpc(rpc.subscriptions, rpc.publish, None if control.is_empty() else control)
             if rpc.subscriptions or rpc.publish or rpc.control is not None:
                 sends.append((peer, rpc))
-        return dataclasses.replace(out, sends=tuple(sends), trace=out.trace + tuple(dropped))
+        trace = out.trace
+        if held:
+            trace = tuple(ev for ev in trace if not (ev.type == TraceType.PRUNE and (ev.peer, ev.topic) in held))
+        return dataclasses.replace(out, sends=tuple(sends), trace=trace + tuple(dropped))
+
+    def _controls(self, now: int, peer: PeerId, control: Control, held: set[tuple[PeerId, str]]) -> Control:
+        """What the behaviours let out of `control`. A PRUNE they hold back
+        was never made: the engine's mesh gets the peer back and `held`
+        records it, so its PRUNE trace event goes too."""
+        edited = control
+        for behaviour in self.behaviours:
+            edited = behaviour.controls(now, edited)
+        if edited is control:
+            return control
+        kept = set(edited.prune)
+        for prune in control.prune:
+            mesh = self.engine.mesh.get(prune.topic)
+            if prune not in kept and mesh is not None and peer in self.topic_peers(prune.topic):
+                mesh.add(peer)
+                held.add((peer, prune.topic))
+        return edited
 
 
 def _merge(first: Output, then: Output) -> Output:
