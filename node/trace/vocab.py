@@ -61,3 +61,4 @@ class RunEvent(StrEnum):
     NODE_UP = "node_up"
     WARNING = "warning"
     QUIET = "quiet"
+    EDGES_OPEN = "edges_open"  # overlay edges dialled after the start (a group's connect_at)

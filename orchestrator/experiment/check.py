@@ -101,6 +101,11 @@ class _Checker:
                         raise self.err((*w.path, "inject"), f"injection hands one message to several nodes, but {n} runs "
                                        f"{kind_of(router_of[n]).implementation}, which only publishes its own; "
                                        "select publishers among our routers' nodes")
+        for g in groups:
+            if g.connect_at is not None and kind_of(g.router).foreign:
+                raise self.err((*g.path, "connect_at"), f"group {g.name or 'nodes'!r} runs a foreign router "
+                               f"({kind_of(g.router).implementation}): a late dial is asked of our router daemon's "
+                               "control endpoint, so connect_at is for groups of our routers")
         rated = [h for h in groups if h.app_specific_score]
         if rated:
             g = next(g for g in groups if kind_of(g.router).foreign)

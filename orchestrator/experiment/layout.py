@@ -59,7 +59,7 @@ def nodes(exp: Experiment, seed: int) -> list[NodeSpec]:
                 name=name, group=g.name, router=g.router, params=dict(g.router_params),  # type: ignore[arg-type]
                 topics=tuple(g.topics), seed=derive_seed(seed, "node", name), region=region, uplink_bps=uplink,
                 memory=g.memory, cpus=g.cpus, placement=g.placement, adversary=adversary_spec(g.adversary),
-                app_specific_score=g.app_specific_score or 0.0,
+                app_specific_score=g.app_specific_score or 0.0, connect_at=g.connect_at,
             ))
     return out
 

@@ -52,6 +52,7 @@ class NodeSpec:
     placement: tuple[str, ...] = ()  # swarm placement constraints
     adversary: AdversarySpec | None = None  # None: an honest node
     app_specific_score: float = 0.0  # P5 every scoring router gives this node (the group's `app_specific_score`)
+    connect_at: float | None = None  # workload time its edges to nodes that also wait open (the group's `connect_at`)
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,16 @@ class ResolvedExperiment:
                 out[b].add(a)
         return {name: sorted(peers) for name, peers in out.items()}
 
+    def late_edges(self) -> dict[tuple[str, str], float]:
+        """The overlay edges that open after the start, with the workload
+        time they open at: those between two nodes that both wait
+        (`connect_at`), at the earlier of their times, since either end
+        dials. Every other edge opens at the start."""
+        wait = {n.name: n.connect_at for n in self.nodes if n.connect_at is not None}
+        if not wait:
+            return {}
+        return {(a, b): min(wait[a], wait[b]) for a, b in self.edges if a in wait and b in wait}
+
     def link(self, a: str, b: str) -> LinkParams:
         """The parameters of the a-b link (either order), for any pair: overlay
         edges from `links`, other pairs (nodes that connect later, e.g. fanout
@@ -182,7 +193,8 @@ class ResolvedExperiment:
                 [n.name, n.group, n.router, sorted(n.params.items()), list(n.topics), n.seed,
                  n.region, n.uplink_bps, n.memory, n.cpus, list(n.placement),
                  *([repr(n.adversary)] if n.adversary is not None else []),
-                 *([n.app_specific_score] if n.app_specific_score else [])]
+                 *([n.app_specific_score] if n.app_specific_score else []),
+                 *([["connect_at", n.connect_at]] if n.connect_at is not None else [])]
                 for n in self.nodes
             ],
             "edges": [list(e) for e in self.edges],

@@ -226,6 +226,9 @@ class Group(Part):
         "an application-specific score (P5)", ge=None,
         description="P5: the application-specific score every scoring router (gossipsub v1.1+) gives this group's nodes",
     ) | None = None
+    connect_at: v.Time | None = Field(None, description=(
+        "workload time at which this group's overlay edges to nodes that also wait are dialled (the attack at dawn: "
+        "honest nodes that connect to each other after the sybils connected to them); edges to other nodes open at the start"))
 
     @model_validator(mode="after")
     def _rules(self) -> Group:

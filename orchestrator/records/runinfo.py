@@ -45,6 +45,7 @@ def topology_dict(resolved: ResolvedExperiment) -> dict[str, Any]:
             "topics": list(n.topics), "region": n.region, "uplink_bps": n.uplink_bps,
             "implementation": kind_of(n.router).implementation, "trace_events": kind_of(n.router).trace_events,
             "adversary": dataclasses.asdict(n.adversary) if n.adversary is not None else None,
+            **({"connect_at": n.connect_at} if n.connect_at is not None else {}),
         }
         for n in resolved.nodes
     ]

@@ -30,16 +30,34 @@ def start_batches(resolved: ResolvedExperiment) -> tuple[list[str], list[str]]:
 
 
 def dials(resolved: ResolvedExperiment) -> dict[str, list[str]]:
-    """Whom each node dials: each overlay edge once, by the side `up` starts
-    later, so a starting node dials peers that already listen. Dialled by
-    the lower name, the nodes started early redialled peers not yet started
-    for the whole start (9,049 failed dials in a start of 250 containers, up
-    to 277 by one node; 198 this way), and a node started last was reached
-    only at its dialler's next backoff. Our routers and foreign scripts
-    (orchestrator/routers/interop_script.py) both follow it."""
+    """Whom each node dials at its start: each overlay edge once, by the
+    side `up` starts later, so a starting node dials peers that already
+    listen. Dialled by the lower name, the nodes started early redialled
+    peers not yet started for the whole start (9,049 failed dials in a
+    start of 250 containers, up to 277 by one node; 198 this way), and a
+    node started last was reached only at its dialler's next backoff. Our
+    routers and foreign scripts (orchestrator/routers/interop_script.py)
+    both follow it. An edge that opens later is left out (`late_dials`)."""
+    order = _start_order(resolved)
+    late = resolved.late_edges()
+    return {me: [p for p in peers if order[p] < order[me] and (me, p) not in late and (p, me) not in late]
+            for me, peers in resolved.neighbours().items()}
+
+
+def late_dials(resolved: ResolvedExperiment) -> dict[str, dict[str, float]]:
+    """The edges that open after the start (`connect_at`), by their
+    dialling side as `dials` chooses it: dialler -> peer -> workload time."""
+    order = _start_order(resolved)
+    out: dict[str, dict[str, float]] = {}
+    for (a, b), at in resolved.late_edges().items():
+        dialler, peer = (a, b) if order[b] < order[a] else (b, a)
+        out.setdefault(dialler, {})[peer] = at
+    return out
+
+
+def _start_order(resolved: ResolvedExperiment) -> dict[str, int]:
     first, bare = start_batches(resolved)
-    order = {name: i for i, name in enumerate(first + bare)}
-    return {me: [p for p in peers if order[p] < order[me]] for me, peers in resolved.neighbours().items()}
+    return {name: i for i, name in enumerate(first + bare)}
 
 
 def asks_for_dials(router: str) -> bool:

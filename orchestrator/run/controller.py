@@ -34,7 +34,7 @@ from node.config import NodeConfig
 from node.dilation import DilatedClock
 from node.trace.vocab import RunEvent
 from node.atomic import write_atomic
-from orchestrator.backends.api import Backend, BackendContext, check_capabilities
+from orchestrator.backends.api import Backend, BackendContext, NodeAddress, check_capabilities
 from orchestrator.backends.registry import backend_class, make_backend
 from orchestrator.errors import InputError, TeardownIncomplete, TestbedError
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
@@ -43,9 +43,10 @@ from orchestrator.routers.kinds import kind_of
 from orchestrator.routers.foreign_nodes import ForeignNodes
 from orchestrator.experiment.lifecycle import Call, Ineligible, NodeLife, Process, Verb, drive
 from orchestrator.records.manifest import build_manifest, lag_summary, read_lag_files
-from orchestrator.routers.nodeconfigs import build_configs
+from orchestrator.routers.nodeconfigs import build_configs, late_dials
 from orchestrator.run import left_early
 from orchestrator.run.churn import BackendRunner
+from orchestrator.run.late_dials import LateDial, LateDialer, timeline
 from orchestrator.run.nodestate import NodeState
 from orchestrator.routers.peers import wire_facts
 from orchestrator.progress import Reporter
@@ -79,6 +80,8 @@ class Controller:
         self.warnings: list[str] = []
         self.caps: ShapingCapabilities | None = None
         self.readiness = Readiness(nodes, backend, self._warn, self.event)
+        self.addresses: dict[str, tuple[str, int]] = {}  # each node's, as its peers dial it
+        self.late = LateDialer(nodes, backend, self.addresses.__getitem__, self._warn)
         self.foreign = ForeignNodes(run_dir, drain_s=DRAIN_S)
         self.runner = BackendRunner(backend, self._next_config)
         self._locks = {name: threading.Lock() for name in nodes}
@@ -116,9 +119,16 @@ class Controller:
         if len(set(names)) != len(names):
             raise InputError("node names must be unique")
         neighbours = resolved.neighbours()
+        late = late_dials(on_wall_clock(resolved))
+        waiting: dict[str, list[str]] = {}
+        for dialler, peers in late.items():
+            for peer in peers:
+                waiting.setdefault(dialler, []).append(peer)
+                waiting.setdefault(peer, []).append(dialler)
         nodes = {
             s.name: NodeState(s.name, s.router, s.seed, neighbours[s.name], kind_of(s.router).engine.mesh_low(s.params),
-                              NodeLife(Process.STOPPED, frozenset(s.topics)))
+                              NodeLife(Process.STOPPED, frozenset(s.topics)), late=late.get(s.name, {}),
+                              waiting=sorted(waiting.get(s.name, [])))
             for s in resolved.nodes
         }
         store.create({
@@ -159,6 +169,8 @@ class Controller:
         backend = make_backend(record["backend"], BackendContext(testbed, run_dir, store, reporter))
         ctl = cls(testbed, backend, run_dir, store, nodes, reporter)
         ctl.configs = recorded_configs(record)
+        ctl.addresses.update({name: (entry["host"], int(entry["port"]))
+                              for name, entry in (record.get("nodes") or {}).items() if "host" in entry})
         ctl.record = record
         ctl.writer.clock = DilatedClock(record.get("t0_ns") or 0, record.get("time_dilation", 1.0))
         return ctl
@@ -209,16 +221,7 @@ class Controller:
         self.configs = build_configs(wall, addresses, self.caps, token, self.run_dir, clock)
         if (unshaped := self.foreign.configured(self.caps, self.backend.capabilities.foreign_proxy)) is not None:
             self._warn(unshaped)
-        cfg_dir = self.store.dir(self.testbed) / "configs"
-        cfg_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for name in names:
-            cfg_path = cfg_dir / f"{name}.json"
-            write_atomic(cfg_path, self.configs[name].to_json(), 0o600)
-            self.store.set_node(
-                self.testbed, name, spec=self.nodes[name].to_record(), config=str(cfg_path),
-                host=addresses[name].host, port=addresses[name].port,
-                control_host=addresses[name].control_host, control_port=addresses[name].control_port,
-            )
+        self._record_nodes(names, addresses)
         self._set_status("starting", shaping=self.caps.__dict__, t0_ns=self.t0_ns, started_at=self.started_at)
         with self.reporter.phase(f"starting {len(names)} nodes", len(names)) as advance:
             # Bare images last, their scripts written for a workload start fixed just before (foreign_nodes.py).
@@ -242,9 +245,26 @@ class Controller:
         timeout = ready_timeout if ready_timeout is not None else clock.wall_s(30.0) + 0.3 * len(names)
         self.readiness.wait(names, timeout, self.reporter)
         self.event(RunEvent.ALL_UP, nodes=len(names))
+        if not with_workload:
+            self._open_late_now()
         self._sample_cpu("up")
         self._set_status("up", up_at_ns=time.time_ns(), lag_at_up=start_lag_window(self.nodes, self.backend))
         self.write_manifest(final=False)
+
+    def _record_nodes(self, names: list[str], addresses: dict[str, NodeAddress]) -> None:
+        """Each node's config file and addresses in the testbed's record, for
+        the nodes' start and for later CLI processes."""
+        cfg_dir = self.store.dir(self.testbed) / "configs"
+        cfg_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for name in names:
+            cfg_path = cfg_dir / f"{name}.json"
+            write_atomic(cfg_path, self.configs[name].to_json(), 0o600)
+            self.store.set_node(
+                self.testbed, name, spec=self.nodes[name].to_record(), config=str(cfg_path),
+                host=addresses[name].host, port=addresses[name].port,
+                control_host=addresses[name].control_host, control_port=addresses[name].control_port,
+            )
+            self.addresses[name] = (addresses[name].host, addresses[name].port)
 
     def _next_config(self, name: str) -> NodeConfig:
         """The config of the node's next incarnation: a restarted node gets a
@@ -270,7 +290,8 @@ class Controller:
         self._set_status("running", workload_t0_ns=t0)
         if silent := tell_covert_sybils(resolved, self.nodes, self.backend, self.writer.clock.virtual_ns(t0)):
             self._warn(f"covert sybils that did not learn when the workload began stay honest: {', '.join(silent)}")
-        run_timeline(resolved, t0, self.reporter, self.publish, lambda action: self.churn(action, wait=False))
+        run_timeline(resolved, t0, self.reporter, self.publish, lambda action: self.churn(action, wait=False),
+                     timeline(self.nodes), self._open_late)
         if resolved.linger_auto:
             sleep_until(t0 + round(last_action_s(resolved) * 1e9))
             self.drain_churn()
@@ -291,6 +312,20 @@ class Controller:
             self._cpu_at_workload = True
             self._sample_cpu("workload")
         return publish(p, self.nodes, self.backend, self.writer, self._warn)
+
+    def _open_late_now(self) -> None:
+        """`up` without a workload: nothing times the late edges, so they open at once."""
+        late = timeline(self.nodes)
+        if late:
+            self.reporter.note("connect_at: with no workload to time them, the late edges are dialled now")
+        for _, dials in late:
+            self._open_late(dials)
+
+    def _open_late(self, dials: tuple[LateDial, ...]) -> None:
+        self.event(RunEvent.EDGES_OPEN, edges=len(dials))
+        self.late.open(dials)
+        for name in sorted({n for d in dials for n in (d.dialler, d.peer)}):
+            self._save_node(name)
 
     # Churn
 
@@ -333,6 +368,8 @@ class Controller:
         try:
             for step in steps:
                 st.life = step.life
+                if step.call is Call.START:
+                    self.late.redial(name)
                 if step.call in (Call.START, Call.RECONNECT) and st.reachable:
                     self._wait_back(name)
                 for ev in step.events:

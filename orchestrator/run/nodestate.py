@@ -5,7 +5,7 @@ process picks up where `up` left off."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.experiment.lifecycle import NodeLife, Process
@@ -20,6 +20,8 @@ class NodeState:
     mesh_low: int  # the mesh size readiness waits for (0: the router keeps no mesh)
     life: NodeLife
     incarnation: int = 0
+    late: dict[str, float] = field(default_factory=dict)  # peers it dials after the start -> workload time
+    waiting: list[str] = field(default_factory=list)  # neighbours whose late edge has not opened yet
 
     @property
     def reachable(self) -> bool:
@@ -31,13 +33,15 @@ class NodeState:
 
     def to_record(self) -> dict[str, Any]:
         return {"router": self.router, "seed": self.seed, "neighbours": self.neighbours,
-                "mesh_low": self.mesh_low, "incarnation": self.incarnation, **self.life.to_record()}
+                "mesh_low": self.mesh_low, "incarnation": self.incarnation, "late": self.late,
+                "waiting": self.waiting, **self.life.to_record()}
 
     @classmethod
     def from_record(cls, name: str, rec: dict[str, Any]) -> NodeState:
         return cls(
             name, rec.get("router", ""), int(rec.get("seed", 0)), list(rec.get("neighbours", [])),
             int(rec.get("mesh_low", 0)), NodeLife.from_record(rec), int(rec.get("incarnation", 0)),
+            {str(p): float(t) for p, t in (rec.get("late") or {}).items()}, list(rec.get("waiting") or []),
         )
 
     def shown_state(self) -> str:

@@ -1,6 +1,7 @@
 """When a real testbed is ready: every node answers its control endpoint and
-is connected to every overlay neighbour it can reach (an error naming the
-stragglers if not), then has a mesh (a warning if not). Used at `up` and
+is connected to every overlay neighbour it can reach, but those whose edge
+opens later (NodeState.waiting; orchestrator/run/late_dials.py) (an error
+naming the stragglers if not), then has a mesh (a warning if not). Used at `up` and
 after a node is started or reconnected, so node_up is logged when the node
 can really receive. A bare gossipsub-interop image has no control endpoint:
 its status, peers and mesh, is what its neighbours report (`observed`)
@@ -87,7 +88,7 @@ class Readiness:
         st = self.nodes[name]
         return {
             p for p in st.neighbours
-            if p in self.nodes and self.nodes[p].reachable and not st.life.cut_off_from(p)
+            if p in self.nodes and p not in st.waiting and self.nodes[p].reachable and not st.life.cut_off_from(p)
             and not self.nodes[p].life.cut_off_from(name)
         }
 

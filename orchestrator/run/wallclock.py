@@ -3,7 +3,7 @@
 is written, and this is the one place that says what that slows: every link's
 latency and jitter (k times longer), every uplink's rate (k times lower, so a
 frame takes k times as long to serialize), the times of the publishes and
-churn actions, the duration and the linger. Loss, sizes, the overlay, the
+churn actions, the time late edges open (`connect_at`), the duration and the linger. Loss, sizes, the overlay, the
 nodes and their seeds stay as they are; the routers' own timers slow down in
 the routers (their clock), and what is recorded goes back onto the
 experiment's clock there and in the run's event log (orchestrator/records/runinfo.py).
@@ -41,7 +41,8 @@ def on_wall_clock(resolved: ResolvedExperiment) -> ResolvedExperiment:
         return resolved
     return replace(
         resolved,
-        nodes=tuple(replace(n, uplink_bps=None if n.uplink_bps is None else max(round(n.uplink_bps / k), 1))
+        nodes=tuple(replace(n, uplink_bps=None if n.uplink_bps is None else max(round(n.uplink_bps / k), 1),
+                            connect_at=None if n.connect_at is None else n.connect_at * k)
                     for n in resolved.nodes),
         links={edge: slower(link, k) for edge, link in resolved.links.items()},
         default_link=slower(resolved.default_link, k),

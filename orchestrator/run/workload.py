@@ -1,5 +1,6 @@
-"""The workload of a real testbed on the wall clock: publishes and churn
-actions at their times from t=0 (when every node is up), then the linger.
+"""The workload of a real testbed on the wall clock: publishes, churn
+actions and late edges (`connect_at`) at their times from t=0 (when every
+node is up), then the linger.
 
 Publishing goes through a node's control endpoint, and only through a node
 the lifecycle calls reachable (orchestrator/experiment/lifecycle.py says why); a message
@@ -15,7 +16,7 @@ bound); then stop.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from node.runtime.client import ControlError
@@ -25,6 +26,7 @@ from orchestrator.backends.api import Backend
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.fanout import fan_out
 from orchestrator.routers.kinds import kind_of
+from orchestrator.run.late_dials import LateDial
 from orchestrator.run.nodestate import NodeState
 from orchestrator.progress import Reporter
 from orchestrator.records.runinfo import RunWriter
@@ -77,11 +79,14 @@ def publish(
 def run_timeline(
     resolved: ResolvedExperiment, t0_ns: int, reporter: Reporter,
     do_publish: Callable[[Publish], Any], do_churn: Callable[[ChurnAction], None],
+    late: Sequence[tuple[float, tuple[LateDial, ...]]], do_late: Callable[[tuple[LateDial, ...]], None],
 ) -> None:
-    """Publishes and churn actions at their times (churn first when times
-    tie), until the last of them; the caller lingers."""
-    items: list[tuple[float, int, int, Any]] = [(c.at, 0, i, c) for i, c in enumerate(resolved.churn)]
-    items += [(p.at, 1, i, p) for i, p in enumerate(resolved.publishes)]
+    """Late edges opening (orchestrator/run/late_dials.py), churn actions and
+    publishes at their times (in that order when times tie), until the last
+    of them; the caller lingers."""
+    items: list[tuple[float, int, int, Any]] = [(at, 0, i, dials) for i, (at, dials) in enumerate(late)]
+    items += [(c.at, 1, i, c) for i, c in enumerate(resolved.churn)]
+    items += [(p.at, 2, i, p) for i, p in enumerate(resolved.publishes)]
     items.sort(key=lambda x: (x[0], x[1], x[2]))
     title = (f"workload: {len(resolved.publishes)} messages, {len(resolved.churn)} churn actions, "
              f"{resolved.end_time():.1f} s")
@@ -90,6 +95,8 @@ def run_timeline(
             sleep_until(t0_ns + round(at * 1e9))
             if isinstance(item, ChurnAction):
                 do_churn(item)
+            elif isinstance(item, tuple):
+                do_late(item)
             else:
                 do_publish(item)
             advance(1)

@@ -38,7 +38,8 @@ from orchestrator.sim.traces import TraceSink
 WARMUP_S = 3.0
 
 # Event kinds, in the order they are handled when times tie.
-_CONNECT, _RPC, _DISCONNECTED, _HEARTBEAT, _WAKE, _CHURN, _PUBLISH, _END = range(8)
+_CONNECT, _RPC, _DISCONNECTED, _HEARTBEAT, _WAKE, _CHURN, _PUBLISH, _OPEN, _END = range(9)
+OVERLAY = True  # a _CONNECT of an overlay edge: its dialling side is the real backends' (`_on_connect`)
 _SEND_RPC = TraceType.SEND_RPC
 
 
@@ -74,6 +75,10 @@ class Simulator:
         self._expected: dict[bytes, tuple[int, bytearray]] = {}
         self._delivered: dict[bytes, bytearray] = {}
         self.dials = DialOnSend({n.peer_id: n.name for n in self.nodes.values()})
+        # overlay edges that open late (`connect_at`), both ways: when (ns) they are dialled
+        self.opens: dict[tuple[str, str], int] = {}
+        for (a, b), at in resolved.late_edges().items():
+            self.opens[(a, b)] = self.opens[(b, a)] = self.warmup + round(at * NS)
         self.now = 0
 
     # Scheduling
@@ -96,6 +101,11 @@ class Simulator:
         for node in self.nodes.values():
             self._start(node, 0)
             node.life = replace(node.life, process=Process.RUNNING)
+        opening: dict[int, list[tuple[str, str]]] = {}
+        for edge, at in self.resolved.late_edges().items():
+            opening.setdefault(self.opens[edge], []).append(edge)
+        for at, edges in sorted(opening.items()):
+            self._push(at, _OPEN, tuple(edges))
         for p in self.resolved.publishes:
             self._push(self.warmup + round(p.at * NS), _PUBLISH, p)
         for action in self.resolved.churn:
@@ -127,13 +137,15 @@ class Simulator:
             elif kind == _WAKE:
                 self._on_wake(a, b)
             elif kind == _CONNECT:
-                self._on_connect(a, b)
+                self._on_connect(a, b, c)
             elif kind == _DISCONNECTED:
                 self._on_disconnected(a, b, c)
             elif kind == _PUBLISH:
                 self._on_publish(a)
             elif kind == _CHURN:
                 self._on_churn(a)
+            elif kind == _OPEN:
+                self._on_open(a)
             elif kind == _END:
                 break
             if advance is not None and t >= next_report:
@@ -243,7 +255,22 @@ class Simulator:
             return
         self._emit(node, node.engine.wake(self.now))
 
-    def _on_connect(self, a: str, b: str) -> None:
+    def _on_open(self, edges: tuple[tuple[str, str], ...]) -> None:
+        """Overlay edges that open late (`connect_at`) are dialled now, by
+        the side that dials on the real backends (`_on_connect`)."""
+        self.log_event(self.now, RunEvent.EDGES_OPEN, edges=len(edges))
+        for a, b in edges:
+            self._push(self.now + self._latency(a, b), _CONNECT, a, b, OVERLAY)
+
+    def _on_connect(self, a: str, b: str, overlay: bool | None = None) -> None:
+        """a dialled b. On the real backends an overlay edge is dialled by
+        the side `up` starts later (nodeconfigs.dials: the later node in the
+        experiment's order), so that side holds the outbound connection, as
+        gossipsub v1.1's outbound quota (D_out) sees it: a sybil group
+        listed after the honest one dials them and is inbound to them. At
+        the start that is what happens here too (a node dials the nodes
+        started before it); after a restart, and for an edge that opens
+        late, both ends may dial, and the outbound side is still that one."""
         na, nb = self.nodes[a], self.nodes[b]
         if na.engine is None or nb.engine is None or na.life.cut_off_from(b) or nb.life.cut_off_from(a):
             if self.dials.release(a, b):  # a dial on send failed: a's engine hears it a round trip on
@@ -265,8 +292,9 @@ class Simulator:
         na.conns[nb.peer_id] = Conn(self._epoch, nb, latency, jitter, link.loss)
         nb.conns[na.peer_id] = Conn(self._epoch, na, latency, jitter, link.loss)
         self.stats.connect += 1
-        for me, other in ((na, nb), (nb, na)):  # a dialled b
-            self._add_peer(me, other.peer_id, proto, me is na)
+        dialler = max(na, nb, key=lambda n: n.index) if overlay else na
+        for me, other in ((na, nb), (nb, na)):
+            self._add_peer(me, other.peer_id, proto, me is dialler)
         for me, other in ((na, nb), (nb, na)):
             self._flush_dials(me, other, me.conns[other.peer_id])
 
@@ -323,11 +351,15 @@ class Simulator:
             self._push(self.now + self._latency(node.name, dst), _CONNECT, node.name, dst)
 
     def _dial_neighbours(self, node: SimNode, only: set[str] | None = None) -> None:
+        """Its overlay edges, but those that open later than now (they are
+        dialled when they open, `run`)."""
         for other in node.neighbours:
             if only is not None and other not in only:
                 continue
+            if self.opens and self.opens.get((node.name, other), 0) > self.now:
+                continue
             if self.nodes[other].engine is not None:
-                self._push(self.now + self._latency(node.name, other), _CONNECT, node.name, other)
+                self._push(self.now + self._latency(node.name, other), _CONNECT, node.name, other, OVERLAY)
 
     def _start(self, node: SimNode, t: int) -> None:
         node.incarnation += 1
