@@ -28,6 +28,7 @@ import csv
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ from tests.docker_fixtures import needs_docker
 from tests.spark_fixtures import requires_java
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTBED = str(ROOT / ".venv" / "bin" / "testbed")
+TESTBED = str(Path(sys.executable).with_name("testbed"))
 FILE = ROOT / "topologies" / "attack-eclipse-rust.yaml"
 NO_CARGO = toolchain_problem()
 TARGET = "honest-0"
