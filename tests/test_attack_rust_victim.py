@@ -11,11 +11,11 @@ Checked from the raw traces and score files, not from the analysis:
   at the teardown;
 - rust-libp2p's own scores (scores/honest-0.csv, its `peer_score`, sampled
   once a second by the adapter): no sybil ever earned what the honest
-  publishers earn (P2); every sybil that stayed never scored below 0 while
-  in the mesh (P3 activates and its PRUNE follows in the same heartbeat),
-  scored negative in the first sample after the PRUNE (the deficit, kept
-  as P3b) and 0 again a second later (P3b, a squared deficit of 0.0069
-  here, falls under DecayToZero 0.01 at the first decay, as in go);
+  publishers earn (P2); every sybil that stayed scored 0 or more until P3
+  activated, negative within a sample of its PRUNE (P3's deficit, then the
+  same kept as P3b) and 0 or more again after that (P3b, a squared deficit
+  of 0.0069 here, falls under DecayToZero 0.01 at the first decay, as in
+  go);
 - every honest node got every message it did not publish (DELIVER events);
 - the analysis' figures (among them honest and victim deliveries, the sybil
   share of the meshes, the scores by side) equal tests/trace_census.py's
@@ -52,6 +52,10 @@ SYBILS = [f"sybils-{i}" for i in range(10)]
 NS = 1_000_000_000
 ACTIVATION_NS = 60 * NS  # the file's MeshMessageDeliveriesActivation
 HEARTBEATS_NS = 5 * NS  # P3 is seen at the decay after the activation, the PRUNE at the next heartbeat
+# rust-libp2p refreshes scores on a timer of its own (DecayInterval, 1 s) and
+# prunes at its heartbeat (1 s); the adapter samples the scores once a second:
+# a score and a PRUNE within this of each other may be seen in either order
+NEAR_NS = 1_500_000_000
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +65,8 @@ def run_dir(node_image, tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("attack-rust")
     out = tmp / "run"
     env = {**os.environ, "TESTBED_STATE_DIR": str(tmp / "state")}
-    proc = subprocess.run([TESTBED, "run", str(FILE), "--backend", "docker", "--out", str(out), "--no-report",
-                           "--json"], capture_output=True, text=True, timeout=1800, env=env)
+    proc = subprocess.run([TESTBED, "run", str(FILE), "--backend", "docker", "--out", str(out), "--json"],
+                          capture_output=True, text=True, timeout=1800, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -147,10 +151,12 @@ def test_rust_scores_the_sybils_below_its_publishers_and_negative_only_at_their_
     evicted = [(p, out) for p, t_in, out, how in stays if how == "prune" and out - t_in >= ACTIVATION_NS]
     assert evicted
     for sybil, out in evicted:
-        before = [s for t, p, s in rows if p == sybil and t < out]
-        after = [s for t, p, s in rows if p == sybil and out < t <= out + 3 * NS]
+        before = [s for t, p, s in rows if p == sybil and t < out - NEAR_NS]
+        around = [s for t, p, s in rows if p == sybil and out - NEAR_NS <= t <= out + NEAR_NS]
+        later = [s for t, p, s in rows if p == sybil and out + NEAR_NS < t <= out + 2 * NEAR_NS + NS]
         assert before and all(s >= 0 for s in before), (sybil, min(before))
-        assert len(after) >= 2 and after[0] < 0 and all(s >= 0 for s in after[1:]), (sybil, after)
+        assert any(s < 0 for s in around), (sybil, around)
+        assert later and all(s >= 0 for s in later), (sybil, later)
     best_sybil = max(s for _, p, s in rows if p in SYBILS)
     best_honest = max(s for _, p, s in rows if p in HONEST)
     assert best_sybil < 1 < best_honest, (best_sybil, best_honest)
