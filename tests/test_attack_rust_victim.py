@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -39,11 +36,10 @@ from node.trace.vocab import TraceType
 from orchestrator.images.rust import toolchain_problem
 from tests import trace_census
 from tests.docker_fixtures import *  # noqa: F403
-from tests.docker_fixtures import needs_docker
+from tests.docker_fixtures import needs_docker, testbed_run_docker
 from tests.spark_fixtures import requires_java
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTBED = str(Path(sys.executable).with_name("testbed"))
 FILE = ROOT / "topologies" / "attack-eclipse-rust.yaml"
 NO_CARGO = toolchain_problem()
 TARGET = "honest-0"
@@ -62,13 +58,7 @@ NEAR_NS = 1_500_000_000
 def run_dir(node_image, tmp_path_factory) -> Path:
     if NO_CARGO is not None:
         pytest.skip(NO_CARGO)
-    tmp = tmp_path_factory.mktemp("attack-rust")
-    out = tmp / "run"
-    env = {**os.environ, "TESTBED_STATE_DIR": str(tmp / "state")}
-    proc = subprocess.run([TESTBED, "run", str(FILE), "--backend", "docker", "--out", str(out), "--json"],
-                          capture_output=True, text=True, timeout=1800, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+    return testbed_run_docker(FILE, tmp_path_factory.mktemp("attack-rust"))
 
 
 def _names() -> dict[bytes, str]:
