@@ -63,7 +63,7 @@ except Exception as e:
 SINK_ENTRYPOINT = ["python3", "-c", SINK]
 
 
-def testbed_run_docker(path: Path, tmp: Path, *flags: str) -> Path:
+def run_file_on_docker(path: Path, tmp: Path, *flags: str) -> Path:
     """`testbed run PATH --backend docker` (the testbed beside this
     interpreter, with a state directory of its own under `tmp`) into
     tmp/run, which it returns; the run must exit 0."""

@@ -36,7 +36,7 @@ from node.trace.vocab import TraceType
 from orchestrator.images.rust import toolchain_problem
 from tests import trace_census
 from tests.docker_fixtures import *  # noqa: F403
-from tests.docker_fixtures import needs_docker, testbed_run_docker
+from tests.docker_fixtures import needs_docker, run_file_on_docker
 from tests.spark_fixtures import requires_java
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,7 +58,7 @@ NEAR_NS = 1_500_000_000
 def run_dir(node_image, tmp_path_factory) -> Path:
     if NO_CARGO is not None:
         pytest.skip(NO_CARGO)
-    return testbed_run_docker(FILE, tmp_path_factory.mktemp("attack-rust"))
+    return run_file_on_docker(FILE, tmp_path_factory.mktemp("attack-rust"))
 
 
 def _names() -> dict[bytes, str]:

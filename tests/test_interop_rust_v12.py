@@ -36,7 +36,7 @@ from node.trace.file import read_trace
 from node.trace.vocab import TraceType
 from orchestrator.images.rust import toolchain_problem
 from tests.docker_fixtures import *  # noqa: F403
-from tests.docker_fixtures import needs_docker, testbed_run_docker
+from tests.docker_fixtures import needs_docker, run_file_on_docker
 
 NO_CARGO = toolchain_problem()
 BACKOFF_S = 6.0
@@ -73,7 +73,7 @@ def run_dir(node_image, tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("interop-rust-v12")
     path = tmp / "interop.yaml"
     path.write_text(EXPERIMENT)
-    return testbed_run_docker(path, tmp, "--no-report")
+    return run_file_on_docker(path, tmp, "--no-report")
 
 
 def _ids() -> dict[bytes, str]:
