@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -59,6 +61,18 @@ except Exception as e:
 """
 
 SINK_ENTRYPOINT = ["python3", "-c", SINK]
+
+
+def run_file_on_docker(path: Path, tmp: Path, *flags: str) -> Path:
+    """`testbed run PATH --backend docker` (the testbed beside this
+    interpreter, with a state directory of its own under `tmp`) into
+    tmp/run, which it returns; the run must exit 0."""
+    out = tmp / "run"
+    env = {**os.environ, "TESTBED_STATE_DIR": str(tmp / "state")}
+    proc = subprocess.run([str(Path(sys.executable).with_name("testbed")), "run", str(path), "--backend", "docker",
+                           "--out", str(out), "--json", *flags], capture_output=True, text=True, timeout=1800, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
 
 
 def unique_testbed(prefix: str = "t") -> str:

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -38,10 +36,8 @@ from node.trace.file import read_trace
 from node.trace.vocab import TraceType
 from orchestrator.images.rust import toolchain_problem
 from tests.docker_fixtures import *  # noqa: F403
-from tests.docker_fixtures import needs_docker
+from tests.docker_fixtures import needs_docker, run_file_on_docker
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTBED = str(ROOT / ".venv" / "bin" / "testbed")
 NO_CARGO = toolchain_problem()
 BACKOFF_S = 6.0
 SLACK_NS = 100_000_000  # container clocks are the host's; RPCs take 10 ms each way
@@ -77,12 +73,7 @@ def run_dir(node_image, tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("interop-rust-v12")
     path = tmp / "interop.yaml"
     path.write_text(EXPERIMENT)
-    out = tmp / "run"
-    env = {**os.environ, "TESTBED_STATE_DIR": str(tmp / "state")}
-    proc = subprocess.run([TESTBED, "run", str(path), "--backend", "docker", "--out", str(out), "--no-report",
-                           "--json"], capture_output=True, text=True, timeout=1800, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+    return run_file_on_docker(path, tmp, "--no-report")
 
 
 def _ids() -> dict[bytes, str]:

@@ -77,3 +77,25 @@ def test_the_delay_line_row_says_what_it_held_and_how_late():
     assert _delay_line(None) is None  # not the delay line's path: no row
     assert _delay_line({"shaped": 1234, "dropped_loss": 5, "late_us": {"p50": 2, "p99": 300, "max": 4000}}) == (
         "1,234 packets delayed, 5 dropped for loss; released late by 2 us (p50), 300 us (p99), 4000 us (max)")
+
+
+def test_figures_counted_from_rpcs_read_unavailable_when_an_implementation_traces_none():
+    """A run with rust-libp2p nodes (their traces hold no SEND_RPC): the
+    whole-run figures counted from RPCs are the others' only, so the cards,
+    the summary table and the comparison say unavailable, not the count;
+    figures from deliveries stay numbers. A run of ours alone shows them."""
+    from analysis.report import tables
+
+    mixed = {"amplification": 0.0, "transmissions": 0, "rpcs_sent": 27119, "delivery_ratio": 1.0,
+             "duplicates_per_message": 180.85, "implementations": {
+                 "gossip-testbed": {"unavailable": []},
+                 "rust-libp2p": {"unavailable": ["bytes_sent", "rpcs_sent"]}}}
+    cards = {label: value for value, label in tables.cards(mixed)}
+    assert cards["amplification"] == "unavailable (rust-libp2p: no RPCs traced)"
+    assert cards["delivery ratio"] == "100%" and cards["duplicates / msg"] == tables.fmt(180.85)
+    rows = dict(tables.summary(mixed)[0] + tables.summary(mixed)[1])
+    assert rows["transmissions"] == rows["RPCs sent"] == "unavailable (rust-libp2p: no RPCs traced)"
+    assert rows["duplicates per message"] == tables.fmt(180.85)
+    ours = {**mixed, "implementations": {"gossip-testbed": {"unavailable": []}}}
+    assert {label: value for value, label in tables.cards(ours)}["amplification"] == tables.fmt(0.0)
+    assert dict(tables.summary(ours)[0] + tables.summary(ours)[1])["RPCs sent"] == tables.fmt(27119)

@@ -7,6 +7,7 @@ the template escapes and lays out."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,8 +143,34 @@ CARDS = [
 ]
 
 
+# Whole-run figures counted from SEND_RPC events: in a run where an
+# implementation traces no RPCs of its own (rust-libp2p, a bare image) they
+# count only the others' RPCs, so the report says so instead of the count
+# (amplification 0 where only censoring sybils traced theirs).
+RPC_FIGURES = frozenset({
+    "transmissions", "amplification", "control_publish", "control_graft", "control_prune", "control_ihave",
+    "control_iwant", "rpcs_sent", "rpcs_dropped", "bytes_sent", "load_gini", "load_max_over_mean",
+    "rpcs_in_flight_at_end",
+})
+
+
+def untraced_rpcs(s: dict[str, Any]) -> list[str]:
+    """The run's implementations whose traces cannot hold their RPCs
+    (analysis/implementations.py lists `rpcs_sent` unavailable for them)."""
+    return sorted(impl for impl, fig in (s.get("implementations") or {}).items()
+                  if "rpcs_sent" in fig.get("unavailable", ()))
+
+
+def _whole_run(s: dict[str, Any], key: str, f: Callable[[Any], str] = fmt) -> str:
+    """One whole-run figure as the report shows it: `f` of its value, or
+    "unavailable" with who traces no RPCs for a figure counted from them."""
+    if key in RPC_FIGURES and (who := untraced_rpcs(s)):
+        return f"{UNAVAILABLE} ({', '.join(who)}: no RPCs traced)"
+    return f(s.get(key))
+
+
 def cards(s: dict[str, Any]) -> Rows:
-    return [(f(s.get(k)), label) for label, k, f in CARDS]
+    return [(_whole_run(s, k, f), label) for label, k, f in CARDS]
 
 
 SUMMARY_ROWS = [
@@ -171,8 +198,8 @@ SUMMARY_ROWS = [
 
 def summary(s: dict[str, Any]) -> tuple[Rows, Rows]:
     half = len(SUMMARY_ROWS) // 2
-    return (_rows([(label, s.get(key)) for label, key in SUMMARY_ROWS[:half]]),
-            _rows([(label, s.get(key)) for label, key in SUMMARY_ROWS[half:]]))
+    return ([(label, _whole_run(s, key)) for label, key in SUMMARY_ROWS[:half]],
+            [(label, _whole_run(s, key)) for label, key in SUMMARY_ROWS[half:]])
 
 
 def expectations(s: dict[str, Any]) -> list[tuple[bool, str, str]]:
@@ -302,4 +329,4 @@ def fidelity_tables(d: RunData) -> dict[str, Any] | None:
 def comparison(datas: list[RunData]) -> tuple[list[tuple[str, str]], list[tuple[str, list[str]]]]:
     """Runs side by side: (name, backend) per run, and a row per summary figure."""
     heads = [(d.run.name, str(d.summary.get("backend") or "")) for d in datas]
-    return heads, [(label, [fmt(d.summary.get(key)) for d in datas]) for label, key in SUMMARY_ROWS]
+    return heads, [(label, [_whole_run(d.summary, key) for d in datas]) for label, key in SUMMARY_ROWS]
