@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import run_cli
+from cli_helpers import assert_validate_refuses
 from docker_fixtures import needs_docker
 from node.libp2p.identity import peer_id_to_b58
 from node.trace.file import read_trace
@@ -102,11 +102,7 @@ def test_connect_at_is_in_the_digest_and_topology(tmp_path) -> None:
 def test_bad_connect_at_exits_2_naming_file_line_and_field(tmp_path, capsys, old, new, line, field, words) -> None:
     assert old in FILE
     path = write(tmp_path, FILE.replace(old, new))
-    code = run_cli("validate", str(path))
-    err = " ".join(capsys.readouterr().err.split())
-    assert code == 2, err
-    assert f"{path}:{line}: {field}:" in err, err
-    assert words in err, err
+    assert_validate_refuses(path, line, field, words, capsys)
 
 
 def added_peers(run: Path) -> tuple[int, list[tuple[str, str, int]]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import run_cli
+from cli_helpers import assert_validate_refuses
 from docker_fixtures import needs_docker
 from tests.spark_fixtures import requires_java
 from node.config import NodeConfig
@@ -78,11 +78,7 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_bad_adversaries_exit_2_naming_file_line_and_field(tmp_path, capsys, old, new, line, field, words) -> None:
     assert old in FILE
     path = write(tmp_path, FILE.replace(old, new))
-    code = run_cli("validate", str(path))
-    err = " ".join(capsys.readouterr().err.split())
-    assert code == 2, err
-    assert f"{path}:{line}: {field}:" in err, err
-    assert words in err, err
+    assert_validate_refuses(path, line, field, words, capsys)
 
 
 def test_sybils_resolve_with_their_behaviours_and_edges_to_their_targets(tmp_path) -> None:
