@@ -82,14 +82,17 @@ class Output:
 
 
 class Router(Protocol):
-    """The inputs every engine takes. `now` is in nanoseconds."""
+    """The inputs every engine takes. `now` is in nanoseconds. `add_peer`'s
+    `address`: the IP the peer's connection comes from ("" unknown), which
+    gossipsub v1.1's score counts for P6 (IP colocation); engines that do
+    not score ignore it."""
 
     peer_id: PeerId
     protocol_id: str
     heartbeat_interval: int
     first_heartbeat: int
 
-    def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False) -> Output: ...
+    def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False, address: str = "") -> Output: ...
     def remove_peer(self, now: int, peer: PeerId) -> Output: ...
     def handle_rpc(self, now: int, peer: PeerId, rpc: Rpc) -> Output: ...
     def join(self, now: int, topic: str) -> Output: ...

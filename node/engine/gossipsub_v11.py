@@ -103,8 +103,12 @@ class GossipSubV11Router(GossipSubRouter):
 
     # Peers
 
-    def _peer_added(self, out: OutputBuilder, peer: PeerId, outbound: bool) -> None:
+    def _peer_added(self, out: OutputBuilder, peer: PeerId, outbound: bool, address: str) -> None:
+        """The spec's P6 counts the peers behind each IP, so the score
+        learns the connection's address with the peer."""
         self.score.add_peer(peer)
+        if address:
+            self.score.set_ips(peer, (address,))
         if outbound:
             self.outbound.add(peer)
 

@@ -88,9 +88,9 @@ class PubSubRouter(Generic[P]):
             return set(peers)
         return {p for p in peers if self.peers.get(p) in protocols}
 
-    def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False) -> Output:
+    def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False, address: str = "") -> Output:
         """`outbound`: we dialled the connection (gossipsub v1.1's D_out
-        counts those)."""
+        counts those); `address`: the peer's IP (v1.1's P6)."""
         out = OutputBuilder(now)
         if peer in self.peers or peer == self.peer_id:
             return out.build()
@@ -98,7 +98,7 @@ class PubSubRouter(Generic[P]):
         out.event(TraceType.ADD_PEER, peer=peer, protocol=protocol)
         for topic in sorted(self.subscriptions):
             out.subscription(peer, True, topic)
-        self._peer_added(out, peer, outbound)
+        self._peer_added(out, peer, outbound, address)
         return out.build()
 
     def remove_peer(self, now: int, peer: PeerId) -> Output:
@@ -265,7 +265,7 @@ class PubSubRouter(Generic[P]):
     def _forward(self, out: OutputBuilder, msg: Message, received_from: PeerId | None) -> None:
         raise NotImplementedError
 
-    def _peer_added(self, out: OutputBuilder, peer: PeerId, outbound: bool) -> None:
+    def _peer_added(self, out: OutputBuilder, peer: PeerId, outbound: bool, address: str) -> None:
         """A new peer was added."""
 
     def _peer_removed(self, out: OutputBuilder, peer: PeerId) -> None:

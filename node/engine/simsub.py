@@ -66,8 +66,8 @@ class SimSubRouter:
         self.D: list[PeerId] = []
         self._seqno = 0
 
-    def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False) -> Output:
-        """`outbound` does not matter to the reference actor."""
+    def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False, address: str = "") -> Output:
+        """`outbound` and `address` do not matter to the reference actor."""
         out = OutputBuilder(now)
         if peer not in self.peers and peer != self.peer_id:
             self.peers.insert(0, peer)

@@ -36,6 +36,9 @@ Rules that live here (docs/running.md):
   its RPCs wait for it (traced when handed to the link), and a failed dial
   is DROP_RPC for them and `remove_peer` for the engine. Such a connection
   is not redialled when it ends.
+- The engine learns each peer's IP with the peer (P6): the remote address
+  of its TCP connection, our dials leaving from our listen address
+  (node/runtime/addresses.py).
 - The codec follows the engine: episub's own protobuf (node/wire/episub.py)
   on /episub/1.0.0, pubsub's RPC on every other protocol.
 - Isolation (`isolate`/`rejoin`, used by churn's disconnect/reconnect): closes
@@ -75,6 +78,7 @@ from node.libp2p.identity import INJECTOR_INDEX, identity_for_index, peer_id_fro
 from node.libp2p.connection import MuxedConnection, upgrade
 from node.libp2p.errors import ProtocolError
 from node.libp2p.poller import ReadPoller
+from node.runtime.addresses import remote_ip, source_address
 from node.runtime.dial_on_send import SendDials
 from node.runtime.lag import LagMeter
 from node.runtime.peer import PeerLink
@@ -356,7 +360,7 @@ class Node:
     async def _open(self, host: str, port: int, expect: bytes | None) -> MuxedConnection:
         """One dial: TCP, then the libp2p upgrade (DIAL_ERRORS when it fails)."""
         with trio.fail_after(self.cfg.handshake_timeout_ms / 1000):
-            stream = await trio.open_tcp_stream(host, port)
+            stream = await trio.open_tcp_stream(host, port, local_address=source_address(self.cfg.listen_host))
         try:
             return await self._upgrade(stream, dialing=True, expect=expect)
         except BaseException:
@@ -457,7 +461,8 @@ class Node:
             return
         now = self.clock.now_ns()
         outbound = link.dialer == self.peer_id
-        self._apply(self.engine.add_peer(now, link.peer_id, link.protocol, outbound=outbound), now)
+        address = remote_ip(link.conn.tcp)
+        self._apply(self.engine.add_peer(now, link.peer_id, link.protocol, outbound=outbound, address=address), now)
         held = self.send_dials.release(link.peer_id)
         if held:
             self._apply(Output(sends=tuple((link.peer_id, rpc) for rpc in held)), now)

@@ -48,7 +48,9 @@ def nodes(exp: Experiment, seed: int) -> list[NodeSpec]:
     out = []
     preset = exp.links.network_preset
     for g in exp.groups:
-        for i, name in enumerate(g.node_names()):
+        names = g.node_names()
+        pack = g.identities_per_host or 1
+        for i, name in enumerate(names):
             region = g.regions[i % len(g.regions)] if g.regions else None
             uplink = g.uplink_bps if g.uplink_bps is not None else exp.links.uplink_bps
             if preset is not None:
@@ -60,6 +62,7 @@ def nodes(exp: Experiment, seed: int) -> list[NodeSpec]:
                 topics=tuple(g.topics), seed=derive_seed(seed, "node", name), region=region, uplink_bps=uplink,
                 memory=g.memory, cpus=g.cpus, placement=g.placement, adversary=adversary_spec(g.adversary),
                 app_specific_score=g.app_specific_score or 0.0, connect_at=g.connect_at,
+                host=names[i - i % pack] if pack > 1 else None,
             ))
     return out
 

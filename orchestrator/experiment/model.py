@@ -53,6 +53,12 @@ class NodeSpec:
     adversary: AdversarySpec | None = None  # None: an honest node
     app_specific_score: float = 0.0  # P5 every scoring router gives this node (the group's `app_specific_score`)
     connect_at: float | None = None  # workload time its edges to nodes that also wait open (the group's `connect_at`)
+    host: str | None = None  # the first node of its pack of identities sharing one IP (`identities_per_host`); None: its own
+
+    @property
+    def host_name(self) -> str:
+        """The host whose IP address this node's connections come from."""
+        return self.host or self.name
 
 
 @dataclass(frozen=True)
@@ -194,7 +200,8 @@ class ResolvedExperiment:
                  n.region, n.uplink_bps, n.memory, n.cpus, list(n.placement),
                  *([repr(n.adversary)] if n.adversary is not None else []),
                  *([n.app_specific_score] if n.app_specific_score else []),
-                 *([["connect_at", n.connect_at]] if n.connect_at is not None else [])]
+                 *([["connect_at", n.connect_at]] if n.connect_at is not None else []),
+                 *([["host", n.host]] if n.host is not None else [])]
                 for n in self.nodes
             ],
             "edges": [list(e) for e in self.edges],

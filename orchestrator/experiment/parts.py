@@ -229,6 +229,9 @@ class Group(Part):
     connect_at: v.Time | None = Field(None, description=(
         "workload time at which this group's overlay edges to nodes that also wait are dialled (the attack at dawn: "
         "honest nodes that connect to each other after the sybils connected to them); edges to other nodes open at the start"))
+    identities_per_host: v.integer("a number of identities per host", ge=1, le=v.MAX_NODES, description=(  # type: ignore[valid-type]
+        "identity density: the group's nodes packed this many to a host, sharing its IP address, which gossipsub "
+        "v1.1's P6 (IP colocation) counts (docs/adversaries.md); default 1")) | None = None
 
     @model_validator(mode="after")
     def _rules(self) -> Group:

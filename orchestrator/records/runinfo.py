@@ -34,8 +34,9 @@ EVENTS_JSONL = "events.jsonl"
 
 def topology_dict(resolved: ResolvedExperiment) -> dict[str, Any]:
     """Nodes (with `peer_id`, the libp2p peer id their traces carry, as
-    base58 text, and `adversary`: a sybil's behaviours, null for an honest
-    node) and overlay edges with their link parameters; where a router dials
+    base58 text, `adversary`: a sybil's behaviours, null for an honest
+    node, and `host`: the first node of its pack when identities share a
+    host, `identities_per_host`) and overlay edges with their link parameters; where a router dials
     on send, the network's shortest paths from each publisher
     (orchestrator/experiment/network_paths.py)."""
     peer_ids = peer_ids_b58(resolved)
@@ -46,6 +47,7 @@ def topology_dict(resolved: ResolvedExperiment) -> dict[str, Any]:
             "implementation": kind_of(n.router).implementation, "trace_events": kind_of(n.router).trace_events,
             "adversary": dataclasses.asdict(n.adversary) if n.adversary is not None else None,
             **({"connect_at": n.connect_at} if n.connect_at is not None else {}),
+            **({"host": n.host} if n.host is not None else {}),
         }
         for n in resolved.nodes
     ]

@@ -1,10 +1,12 @@
 """One simulated node as the simulator keeps it (its engine, process state,
 connections, uplink queue) and one end of a connection, and how the nodes
 are made from the resolved experiment: identities, neighbours, the wire's
-authenticity and, for a sybil, its behaviours."""
+authenticity, the host's IP address (identities packed on one host share
+it, as P6 counts) and, for a sybil, its behaviours."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +50,7 @@ class SimNode:
     auth: Authenticity
     behaviours: tuple[Behaviour, ...]  # a sybil's (orchestrator/routers/sybils.py); none: honest
     app_scores: dict[PeerId, float]  # P5 its engine gives its peers (a scoring honest engine only)
+    address: str  # its host's IP, which its peers' engines see (P6)
     engine: Router | None = None
     incarnation: int = 0
     uplink_free_at: int = 0
@@ -69,12 +72,19 @@ def _app_scores(resolved: ResolvedExperiment, n: NodeSpec, peer_ids: dict[str, P
     return {peer_ids[name]: value for name, value in resolved.app_specific_scores(n.name).items()}
 
 
+def host_addresses(resolved: ResolvedExperiment) -> dict[str, str]:
+    """Every host's IP, by host name: 10.0.0.1 on, in node order."""
+    hosts = dict.fromkeys(n.host_name for n in resolved.nodes)
+    return {host: str(ipaddress.IPv4Address(0x0A000001 + i)) for i, host in enumerate(hosts)}
+
+
 def sim_nodes(resolved: ResolvedExperiment, origin: int) -> dict[str, SimNode]:
     """Every node, stopped, by name; `origin`: the engine time (ns) of
     workload t=0."""
     neighbours = resolved.neighbours()
     identities = node_identities(resolved)
     peer_ids = {name: identity.peer_id for name, identity in identities.items()}
+    addresses = host_addresses(resolved)
     shared: dict[tuple, Any] = {}  # one object for all nodes with the same parameters, and topics
 
     def one(key: tuple, make: Callable[[], Any]) -> Any:
@@ -93,7 +103,7 @@ def sim_nodes(resolved: ResolvedExperiment, origin: int) -> dict[str, SimNode]:
             tuple(neighbours[n.name]), n.uplink_bps,
             authenticity_for(resolved, identities[n.name], modelled=True),
             sybil_behaviours(n.adversary, peer_ids, origin),
-            _app_scores(resolved, n, peer_ids),
+            _app_scores(resolved, n, peer_ids), addresses[n.host_name],
         )
         for n in resolved.nodes
     }

@@ -294,7 +294,7 @@ class Simulator:
         self.stats.connect += 1
         dialler = max(na, nb, key=lambda n: n.index) if overlay else na
         for me, other in ((na, nb), (nb, na)):
-            self._add_peer(me, other.peer_id, proto, me is dialler)
+            self._add_peer(me, other, proto, me is dialler)
         for me, other in ((na, nb), (nb, na)):
             self._flush_dials(me, other, me.conns[other.peer_id])
 
@@ -302,11 +302,11 @@ class Simulator:
         for rpc in self.dials.release(node.name, other.name):
             self._transmit(node, conn, rpc)
 
-    def _add_peer(self, node: SimNode, peer: PeerId, proto: str, outbound: bool) -> None:
+    def _add_peer(self, node: SimNode, peer: SimNode, proto: str, outbound: bool) -> None:
         if node.paused:
             node.paused_inbox.append(lambda: self._add_peer(node, peer, proto, outbound))
         elif node.engine is not None:
-            self._emit(node, node.engine.add_peer(self.now, peer, proto, outbound=outbound))
+            self._emit(node, node.engine.add_peer(self.now, peer.peer_id, proto, outbound=outbound, address=peer.address))
 
     def _on_disconnected(self, name: str, peer: str, epoch: int) -> None:
         """`name` notices its connection to `peer` is gone, unless a newer

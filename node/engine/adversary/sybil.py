@@ -64,8 +64,8 @@ class Sybil:
         """(topic, peer) of the PRUNEs received at or after `since`."""
         return sorted(key for key, at in self.pruned_at.items() if at >= since)
 
-    def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False) -> Output:
-        return self._edit(now, self.engine.add_peer(now, peer, protocol, outbound))
+    def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False, address: str = "") -> Output:
+        return self._edit(now, self.engine.add_peer(now, peer, protocol, outbound, address))
 
     def remove_peer(self, now: int, peer: PeerId) -> Output:
         self.pruned_at = {key: at for key, at in self.pruned_at.items() if key[1] != peer}

@@ -100,8 +100,9 @@ class EpisubRouter:
 
     # Connections
 
-    def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False) -> Output:
-        """A connection is up; which side dialled (`outbound`) does not matter to episub."""
+    def add_peer(self, now: int, peer: PeerId, protocol: str, outbound: bool = False, address: str = "") -> Output:
+        """A connection is up; which side dialled (`outbound`) and the peer's
+        `address` do not matter to episub."""
         out = EpisubOut(now)
         if peer in self.contacts or peer == self.peer_id:
             return out.build()
