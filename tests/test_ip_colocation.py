@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import random
+import subprocess
+import sys
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -173,6 +177,21 @@ def test_the_real_backends_refuse_packed_identities():
         refuse_packing(resolved, "docker")
     refuse_packing(parse_experiment(PACKED.format(weight=-3.0).replace(", identities_per_host: 3", ""),
                                     "plain.yaml").resolve(None), "docker")
+
+
+def test_testbed_run_of_a_packed_file_exits_2_before_anything_starts(tmp_path):
+    """The console script: one error naming the file, the group and the key,
+    exit 2, and no run directory."""
+    path = tmp_path / "packed.yaml"
+    path.write_text(PACKED.format(weight=-3.0))
+    out = tmp_path / "run"
+    env = {**os.environ, "TESTBED_STATE_DIR": str(tmp_path / "state")}
+    done = subprocess.run([str(Path(sys.executable).with_name("testbed")), "run", str(path), "--backend", "process",
+                           "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2, done.stderr
+    err = " ".join(done.stderr.split())
+    assert f"{path}: group 'sybils': identities_per_host:" in err and "Traceback" not in err, err
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(("listen", "source"), [

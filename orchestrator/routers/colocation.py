@@ -21,5 +21,5 @@ def refuse_packing(resolved: ResolvedExperiment, backend: str) -> None:
     packed = next((n for n in resolved.nodes if n.host is not None), None)
     if packed is not None:
         raise InputError(
-            f"group {packed.group!r}: identities_per_host: several identities on one host (one IP) are built in "
+            f"{resolved.source}: group {packed.group!r}: identities_per_host: several identities on one host (one IP) are built in "
             f"the simulator only (`testbed sim`); the {backend} backend gives every node its own address")
