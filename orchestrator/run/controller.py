@@ -293,7 +293,7 @@ class Controller:
         if silent := tell_covert_sybils(resolved, self.nodes, self.backend, self.writer.clock.virtual_ns(t0)):
             self._warn(f"covert sybils that did not learn when the workload began stay honest: {', '.join(silent)}")
         run_timeline(resolved, t0, self.reporter, self.publish, lambda action: self.churn(action, wait=False),
-                     timeline(self.nodes), self._open_late)
+                     timeline(self.nodes), self._open_late_in_the_run)
         if resolved.linger_auto:
             sleep_until(t0 + round(last_action_s(resolved) * 1e9))
             self.drain_churn()
@@ -321,13 +321,20 @@ class Controller:
         if late:
             self.reporter.note("connect_at: with no workload to time them, the late edges are dialled now")
         for _, dials in late:
-            self._open_late(dials)
+            self.late.connect(self._open_late(dials))
 
-    def _open_late(self, dials: tuple[LateDial, ...]) -> None:
+    def _open_late(self, dials: tuple[LateDial, ...]) -> tuple[LateDial, ...]:
+        """These edges open; the dials to make."""
         self.event(RunEvent.EDGES_OPEN, edges=len(dials))
-        self.late.open(dials)
+        due = self.late.open(dials)
         for name in sorted({n for d in dials for n in (d.dialler, d.peer)}):
             self._save_node(name)
+        return due
+
+    def _open_late_in_the_run(self, dials: tuple[LateDial, ...]) -> None:
+        """In the workload, the dials are made beside it, as churn is, so a
+        publish due meanwhile is not held up by them."""
+        self._pending.append(self._pool.submit(self.late.connect, self._open_late(dials)))
 
     # Churn
 

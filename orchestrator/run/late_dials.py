@@ -51,15 +51,18 @@ class LateDialer:
     address: Callable[[str], tuple[str, int]]
     warn: Callable[[str], None]
 
-    def open(self, dials: tuple[LateDial, ...]) -> None:
-        """These edges open: both ends stop waiting for each other, and each
-        dialler that runs connects."""
+    def open(self, dials: tuple[LateDial, ...]) -> tuple[LateDial, ...]:
+        """These edges open: both ends stop waiting for each other. The
+        dials to make: those whose dialler runs (`connect` makes them)."""
         for dial in dials:
             for a, b in ((dial.dialler, dial.peer), (dial.peer, dial.dialler)):
                 if b in self.nodes[a].waiting:
                     self.nodes[a].waiting.remove(b)
-        running = [d for d in dials if self.nodes[d.dialler].life.running]
-        fan_out(lambda d: self._connect(d.dialler, d.peer), running, DIAL_WORKERS)
+        return tuple(d for d in dials if self.nodes[d.dialler].life.running)
+
+    def connect(self, dials: tuple[LateDial, ...]) -> None:
+        """Each dialler connects to its peer, DIAL_WORKERS at a time."""
+        fan_out(lambda d: self._connect(d.dialler, d.peer), dials, DIAL_WORKERS)
 
     def redial(self, name: str) -> None:
         """After `name` (re)started: its late edges that are open already,
