@@ -75,7 +75,6 @@ EXPECTED_TO_FAIL = {
     ("attack-eclipse-publishers-100.yaml", "v1_0"): {"victim_mesh_sybil_fraction_end < 0.5"},
     ("attack-dawn-100.yaml", "v1_0"): {"honest_latency_p99_ms < 3000", "mesh_sybil_fraction_end < 0.5"},
     ("attack-dawn-100.yaml", "v1_1"): {"honest_latency_p99_ms < 3000", "mesh_sybil_fraction_end < 0.5"},
-    ("attack-ip-colocation-100.yaml", "v1_0"): {"mesh_sybil_fraction_end < 0.5"},
 }
 
 FILES = sorted(TOPOLOGIES.glob("*.yaml"))
