@@ -76,9 +76,10 @@ class Simulator:
         self._delivered: dict[bytes, bytearray] = {}
         self.dials = DialOnSend({n.peer_id: n.name for n in self.nodes.values()})
         # overlay edges that open late (`connect_at`), both ways: when (ns) they are dialled
+        self.late = {edge: self.warmup + round(at * NS) for edge, at in resolved.late_edges().items()}
         self.opens: dict[tuple[str, str], int] = {}
-        for (a, b), at in resolved.late_edges().items():
-            self.opens[(a, b)] = self.opens[(b, a)] = self.warmup + round(at * NS)
+        for (a, b), at in self.late.items():
+            self.opens[(a, b)] = self.opens[(b, a)] = at
         self.now = 0
 
     # Scheduling
@@ -102,8 +103,8 @@ class Simulator:
             self._start(node, 0)
             node.life = replace(node.life, process=Process.RUNNING)
         opening: dict[int, list[tuple[str, str]]] = {}
-        for edge, at in self.resolved.late_edges().items():
-            opening.setdefault(self.opens[edge], []).append(edge)
+        for edge, at in self.late.items():
+            opening.setdefault(at, []).append(edge)
         for at, edges in sorted(opening.items()):
             self._push(at, _OPEN, tuple(edges))
         for p in self.resolved.publishes:
