@@ -38,7 +38,8 @@ def measured() -> netem.Result:
     guest = kvm_guest.prepare()
     result = netem.run(guest)
     print(f"\nkvm-netem: {guest.accelerator} ({guest.accelerator_reason}), "
-          f"{result.boot_to_poweroff_s:.1f} s boot to power-off")
+          f"{result.boot_to_poweroff_s:.1f} s boot to power-off"
+          + "".join(f"; {name} run again" for name in result.retries))
     return result
 
 
@@ -75,11 +76,10 @@ def test_the_uplink_caps_every_class_together(measured):
         f"{measured.uplink_bps:.0f} bit/s\n{measured.uplink_evidence()}")
 
 
-def test_parsing_a_report_reads_every_figure():
-    """The console parser on a hand-written report (runs everywhere)."""
-    programs = netem.tc_programs()
-    console = "\n".join(
-        [f"@@rc tc {sender}-{i} 0" for sender, program in programs.items() for i in range(len(program))]
+def _a_whole_report() -> list[str]:
+    """A hand-written guest console with every section, every figure in it known."""
+    return (
+        [f"@@rc tc {sender}-{i} 0" for sender, program in netem.tc_programs().items() for i in range(len(program))]
         + ["kernel noise", "@@begin stats a", "qdisc htb 1: root", "@@end"]
         + [line for link in netem.links() for line in (
             f"@@begin ping {link.name}", "median 10.5 9.9 11.3",
@@ -90,7 +90,11 @@ def test_parsing_a_report_reads_every_figure():
         + ["@@begin rate uplink", "0 1.00 1500000 2.00", "@@end"]
         + ["@@done"]
     )
-    result = netem.parse(console, 1.0)
+
+
+def test_parsing_a_report_reads_every_figure():
+    """The console parser on a hand-written report (runs everywhere)."""
+    result = netem.parse("\n".join(_a_whole_report()), 1.0)
     assert result.tc_failures == ()
     assert result.stats == {"a": "qdisc htb 1: root", "r": "", "t": ""}
     assert set(result.programs) == {"a", "r", "t"}
@@ -100,6 +104,17 @@ def test_parsing_a_report_reads_every_figure():
         assert (row.rtt_median_ms, row.rtt_avg_ms) == (10.5, 10.6)
         assert row.rtt_iqr_ms == pytest.approx(1.4)
         assert row.rate_bps == (2_000_000.0 if row.link.rate_bps else None)
+
+
+def test_a_rate_measurement_run_again_is_reported():
+    """The guest runs a rate measurement again when a stream did not start
+    (its setup datagram lost); the report names each retry (runs everywhere)."""
+    script = netem.guest_script(())
+    assert script.count("while :; do") == len({link.phase for link in netem.links() if link.rate_bps}) + 1
+    assert script.count("grep -q 'iperf Done'") == script.count("while :; do")
+    console = "\n".join(["@@retry uplink", "@@retry phase-1", "@@retry uplink"] + _a_whole_report())
+    assert netem.parse(console, 1.0).retries == ("uplink", "phase-1", "uplink")
+    assert netem.parse("\n".join(_a_whole_report()), 1.0).retries == ()
 
 
 def test_a_refused_or_unreported_command_is_a_failure():
