@@ -7,8 +7,8 @@ A backend is made from a `BackendContext` (the testbed, its run directory,
 the state store, backend options and the progress reporter) and declares
 what it can do in `capabilities`; the controller never asks for its name.
 
-Order of calls for one testbed: `set_resources` per node, `prepare` (network,
-addresses) -> `shaping_capabilities` -> `start_many` (each NodeConfig already
+Order of calls for one testbed: `set_resources` (and `set_host`) per node,
+`prepare` (network, addresses) -> `shaping_capabilities` -> `start_many` (each NodeConfig already
 carries the user-space part of the shaping) -> `apply_kernel_shaping` ->
 churn verbs -> `collect_traces` -> `destroy` -> `cleanup`, each teardown step
 once. The controller reaches a node through `control_client(node)`. `cleanup`
@@ -57,7 +57,9 @@ class Capabilities:
     images: runs a bare container image (a gossipsub-interop node,
     orchestrator/routers/kinds.py); foreign_proxy: where the kernel cannot delay,
     a foreign node's sending is shaped by a transparent proxy in its network
-    namespace (orchestrator/shaping/proxy.py)."""
+    namespace (orchestrator/shaping/proxy.py); shared_hosts: several
+    identities on one host (`identities_per_host`), sharing its address on
+    ports of their own (`set_host`)."""
 
     kernel_shaping: bool
     netem: bool
@@ -65,6 +67,7 @@ class Capabilities:
     pause: bool
     images: bool = False
     foreign_proxy: bool = False
+    shared_hosts: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class Backend(ABC):
         self.store = ctx.store
         self.reporter = ctx.reporter
         self._control_clients: dict[str, ControlClient] = {}
+        self.hosts: dict[str, str] = {}  # packed identity -> the node whose host it shares (`set_host`)
 
     def set_resources(self, node: str, memory: str | None = None, cpus: float | None = None) -> None:
         """Memory (e.g. "256m") and CPU limits for a node, before `prepare`.
@@ -99,6 +103,27 @@ class Backend(ABC):
         """Where a node may run (swarm placement constraints such as
         "node.labels.zone==a"), before `prepare`; backends on one host
         ignore them."""
+
+    def set_host(self, node: str, host: str) -> None:
+        """`node` is an identity packed on the host of node `host` (its
+        group's first identity there, `identities_per_host`): it gets that
+        node's IP address (its network namespace) and ports of its own.
+        Before `prepare`; only where `capabilities.shared_hosts` (elsewhere
+        the file is refused before anything starts)."""
+        if not self.capabilities.shared_hosts:
+            raise TestbedError(f"the {self.name} backend cannot pack identities on one host")
+        self.hosts[node] = host
+
+    def host_slots(self, nodes: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Each node's host and its slot there, for its ports: a host's own
+        node is slot 0, the identities packed on it 1, 2, ... in `nodes`' order."""
+        taken: dict[str, int] = {}
+        out = {}
+        for node in nodes:
+            host = self.hosts.get(node, node)
+            out[node] = (host, taken.get(host, 0))
+            taken[host] = out[node][1] + 1
+        return out
 
     @abstractmethod
     def prepare(self, nodes: Sequence[str]) -> dict[str, NodeAddress]:

@@ -44,25 +44,29 @@ def derive_seed(seed: int, *purpose: object) -> int:
 def nodes(exp: Experiment, seed: int) -> list[NodeSpec]:
     """Regions round-robin from the group's list, else drawn by a links
     preset's weights; uplinks the group's, else the preset's class drawn by
-    weight, else `links.uplink`."""
+    weight, else `links.uplink`. Identities packed on one host
+    (`identities_per_host`) all take their host's (its first identity's)."""
     out = []
     preset = exp.links.network_preset
     for g in exp.groups:
         names = g.node_names()
         pack = g.identities_per_host or 1
         for i, name in enumerate(names):
-            region = g.regions[i % len(g.regions)] if g.regions else None
+            # a packed identity is where its host is, behind its host's uplink
+            first = i - i % pack
+            host = names[first]
+            region = g.regions[first % len(g.regions)] if g.regions else None
             uplink = g.uplink_bps if g.uplink_bps is not None else exp.links.uplink_bps
             if preset is not None:
-                region = region or _weighted(derive_rng(seed, "region", name), preset.regions)
+                region = region or _weighted(derive_rng(seed, "region", host), preset.regions)
                 classes = tuple((bps, weight) for _, bps, weight in preset.classes)
-                uplink = uplink if uplink is not None else _weighted(derive_rng(seed, "class", name), classes)
+                uplink = uplink if uplink is not None else _weighted(derive_rng(seed, "class", host), classes)
             out.append(NodeSpec(
                 name=name, group=g.name, router=g.router, params=dict(g.router_params),  # type: ignore[arg-type]
                 topics=tuple(g.topics), seed=derive_seed(seed, "node", name), region=region, uplink_bps=uplink,
                 memory=g.memory, cpus=g.cpus, placement=g.placement, adversary=adversary_spec(g.adversary),
                 app_specific_score=g.app_specific_score or 0.0, connect_at=g.connect_at,
-                host=names[i - i % pack] if pack > 1 else None,
+                host=host if pack > 1 else None,
             ))
     return out
 
@@ -131,4 +135,5 @@ def pair_links(exp: Experiment, seed: int, nodes: list[NodeSpec]) -> PairLinks:
         matrix = lat.pairs()
         values = list(matrix.values())
         model = Regions(matrix, region_of, round(sum(values) / len(values), 3))
-    return PairLinks(model, exp.links.jitter_ms, exp.links.loss)
+    host_of = {n.name: n.host for n in nodes if n.host is not None}
+    return PairLinks(model, exp.links.jitter_ms, exp.links.loss, host_of)

@@ -31,6 +31,9 @@ def pair_unit(seed: int, a: str, b: str) -> float:
     return int.from_bytes(digest, "big") / 2.0**64
 
 
+LOOPBACK = LinkParams(0.0, 0.0, 0.0)  # between two identities of one host
+
+
 @dataclass(frozen=True)
 class Constant:
     ms: float
@@ -72,13 +75,22 @@ class Regions:
 @dataclass(frozen=True)
 class PairLinks:
     """LinkParams for any pair: the model's latency plus the experiment's
-    jitter and loss."""
+    jitter and loss, between the pair's hosts. Identities packed on one host
+    (`identities_per_host`, `host_of`: node -> its host) reach every other
+    node over the host's one path, as they do on a real backend, where
+    shaping knows a destination by its IP address; two identities of one
+    host talk over loopback (no delay, no loss)."""
 
     model: Constant | Uniform | Regions
     jitter_ms: float = 0.0
     loss: float = 0.0
+    host_of: Mapping[str, str] = field(default_factory=dict)
 
     def __call__(self, a: str, b: str) -> LinkParams:
+        if self.host_of:
+            a, b = self.host_of.get(a, a), self.host_of.get(b, b)
+            if a == b:
+                return LOOPBACK
         return LinkParams(self.model.latency(a, b), self.jitter_ms, self.loss)
 
     def default(self) -> LinkParams:

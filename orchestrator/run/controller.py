@@ -40,7 +40,7 @@ from orchestrator.errors import InputError, TeardownIncomplete, TestbedError
 from orchestrator.experiment.model import ChurnAction, Publish, ResolvedExperiment
 from orchestrator.experiment.resolve import incarnation_seed
 from orchestrator.routers.kinds import kind_of
-from orchestrator.routers.colocation import refuse_packing
+from orchestrator.routers.colocation import check_packing
 from orchestrator.routers.foreign_nodes import ForeignNodes
 from orchestrator.experiment.lifecycle import Call, Ineligible, NodeLife, Process, Verb, drive
 from orchestrator.records.manifest import build_manifest, lag_summary, read_lag_files
@@ -113,7 +113,7 @@ class Controller:
         testbed = check_name(testbed or resolved.name)
         check_capabilities(backend_class(backend_name), {c.action for c in resolved.churn})
         ForeignNodes(Path(), resolved).check(backend_class(backend_name))
-        refuse_packing(resolved, backend_name)
+        check_packing(resolved, backend_class(backend_name))
         if store.exists(testbed):
             raise InputError(f"a testbed named {testbed!r} is already up; `testbed down {testbed}` or use --name")
         run_dir = Path(run_dir or default_run_dir(resolved.name, backend_name)).resolve()
@@ -215,6 +215,8 @@ class Controller:
                 self.backend.set_resources(spec.name, spec.memory, spec.cpus)
             if spec.placement:
                 self.backend.set_placement(spec.name, spec.placement)
+            if spec.host is not None and spec.host != spec.name:
+                self.backend.set_host(spec.name, spec.host)
         addresses = self.backend.prepare(names)
         self.caps = self.backend.shaping_capabilities()
         if self.caps.path != "netem":

@@ -60,11 +60,20 @@ def shape_in_kernel(shaper: KernelShaper, resolved: ResolvedExperiment, caps: Sh
                     names: Iterable[str]) -> None:
     """The kernel's half of the split `user_shape` makes: per-peer delay,
     jitter and loss where the kernel has netem, each node's uplink where it
-    has htb/tbf."""
+    has htb/tbf. Identities packed on one host (`identities_per_host`) share
+    its network namespace: it is shaped once, under the host's name, towards
+    every peer any of them is linked to (their links are the host's, the
+    same for all of them), and never towards the host's own identities
+    (loopback)."""
     if not (caps.kernel_delay or caps.kernel_rate):
         return
     neighbours = resolved.neighbours()
+    specs = {spec.name: spec for spec in resolved.nodes}
+    hosts: dict[str, dict[str, LinkShape]] = {}
     for name in names:
+        host = specs[name].host_name
         known = linked_peers(resolved, name, neighbours) if caps.kernel_delay else []
-        per_peer = {p: kernel_shape(resolved.link(name, p)) for p in known}
-        shaper.apply_kernel_shaping(name, per_peer, resolved.node(name).uplink_bps if caps.kernel_rate else None)
+        hosts.setdefault(host, {}).update(
+            (p, kernel_shape(resolved.link(name, p))) for p in known if specs[p].host_name != host)
+    for host, per_peer in hosts.items():
+        shaper.apply_kernel_shaping(host, per_peer, specs[host].uplink_bps if caps.kernel_rate else None)

@@ -46,6 +46,7 @@ from orchestrator.backends.docker import wiring as docker_wiring
 from orchestrator.backends.api import Backend, BackendContext, Capabilities, NodeAddress
 from orchestrator.shaping.split import ShapingCapabilities
 from orchestrator.backends.docker.netns import Containers, Netns
+from orchestrator.backends.docker.wiring import Placement, shares_namespace
 from orchestrator.shaping.proxy import config_proxy_shapes, proxy_needed, shape_foreign
 from orchestrator.backends.docker.teardown import find, stop_all
 from orchestrator.dockerapi import names
@@ -88,7 +89,7 @@ class NodeResources:
 class DockerBackend(Backend):
     name = "docker"
     capabilities = Capabilities(kernel_shaping=True, netem=True, partitions=True, pause=True, images=True,
-                                foreign_proxy=True)
+                                foreign_proxy=True, shared_hosts=True)
 
     def __init__(self, ctx: BackendContext) -> None:
         """Options (ctx.options): "image" (default: build or reuse the router
@@ -115,6 +116,7 @@ class DockerBackend(Backend):
         self._client = docker_client()
         self.wiring: docker_wiring.Wiring | None = None
         self.ips: dict[str, str] = {}
+        self.slots: dict[str, tuple[str, int]] = {}  # node -> (its host, its slot there), from `prepare`
         self.netns = Netns(testbed, self.run_dir, self.state_scope, self.store, self.reporter, self.ips, Containers(
             attach=self._attach, get=self._container, get_or_none=self._container_or_none, wiring=self._wiring,
             gateway=lambda: self.gateway, control=self._control))
@@ -167,6 +169,7 @@ class DockerBackend(Backend):
                                            self.testbed, tag_of(self.testbed, self.state_scope), self.labels())
         self.reporter.note(self.wiring.describe())
         self.netns.prepare_host_network(len(nodes))
+        self.slots = self.host_slots(nodes)
         nodedir.write_hosts(self.run_dir, {f"node{index}": self._allocate(node) for index, node in enumerate(nodes)})
         for sub in ("configs", "traces", "node-logs"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -174,10 +177,14 @@ class DockerBackend(Backend):
 
     def address(self, node: str) -> NodeAddress:
         ip = self.ips.get(node) or self._allocate(node)
-        return NodeAddress(host=ip, port=LISTEN_PORT, control_host=ip, control_port=CONTROL_PORT)
+        _, slot = self.slots.get(node, (node, 0))
+        return NodeAddress(host=ip, port=LISTEN_PORT + slot, control_host=ip, control_port=CONTROL_PORT + slot)
 
     def _allocate(self, node: str) -> str:
         if node in self.ips:
+            return self.ips[node]
+        if node in self.hosts:  # a packed identity: its host's address
+            self.ips[node] = self._allocate(self.hosts[node])
             return self.ips[node]
         if self.wiring is None:
             raise TestbedError("DockerBackend.prepare must run before nodes get addresses")
@@ -203,11 +210,12 @@ class DockerBackend(Backend):
         else:
             if container.status in ("running", "paused", "restarting"):
                 raise TestbedError(f"node {node} is already running")
-            if not self._attached(node, container):  # stopped while cut off: back on the network
-                wiring.join(node, container, self.ips[node])
+            if not shares_namespace(container) and not self._attached(node, container):
+                wiring.join(node, container, self.ips[node])  # stopped while cut off: back on the network
         start_or_explain(node, container)
-        wiring.started(node, container, self.ips[node])
-        self.netns.restarted(node)
+        if not shares_namespace(container):  # a packed identity is in its host's namespace, wired and shaped with it
+            wiring.started(node, container, self.ips[node])
+            self.netns.restarted(node)
         if kind_of(config.router).foreign and proxy_needed(self.shaping_capabilities()):
             self.proxies[node] = shape_foreign(
                 self._client, container, node, config_proxy_shapes(config, self.ips), image=self.image,
@@ -216,8 +224,11 @@ class DockerBackend(Backend):
             ).manifest_record()
 
     def start_many(self, configs: Iterable[NodeConfig]) -> None:
-        """`start` for many nodes, a few Docker calls at a time."""
-        fan_out(self.start, list(configs), names.PARALLEL)
+        """`start` for many nodes, a few Docker calls at a time; identities
+        packed on a host after the hosts, whose namespaces they join."""
+        configs = list(configs)
+        for batch in ([c for c in configs if c.name not in self.hosts], [c for c in configs if c.name in self.hosts]):
+            fan_out(self.start, batch, names.PARALLEL)
 
     def _launch(self, config: NodeConfig) -> tuple[str, list[str] | None, list[str], str]:
         """(image, entrypoint (None: the image's own), command, log size) of a node."""
@@ -242,7 +253,9 @@ class DockerBackend(Backend):
         res = self.resources.get(node, self.default_resources)
         image, entrypoint, command, log_size = self._launch(config)
         alias = f"node{config.index}"
-        place = self.wiring.placement(self.ips[node], alias)
+        host = self.hosts.get(node)
+        place = (Placement(f"container:{names.node_object_name(self.testbed, host)}") if host is not None
+                 else self.wiring.placement(self.ips[node], alias))
         hosts = nodedir.hosts_bind(self.run_dir) if self.wiring.mounts_hosts else {}
         host_config = api.create_host_config(
             binds={str(nodedir.node_dir(self.run_dir, node)): {"bind": nodedir.MOUNT, "mode": "rw"},
@@ -271,7 +284,7 @@ class DockerBackend(Backend):
             networking_config=networking,
             network_disabled=place.network_disabled,
             user=self.user.docker_user,
-            hostname=alias,
+            hostname=None if host is not None else alias,  # a joined namespace has its host's name
             environment={"TESTBED_NODE": node},
         )
         return self._client.containers.get(created["Id"])

@@ -1,5 +1,6 @@
 """What the docker backend gathers from its containers when a run ends:
-each container's final state (exit code, OOM) next to its log, a foreign
+each container's final state (exit code, OOM; for an identity packed on a
+host, whose network namespace it ran in) next to its log, a foreign
 node's container log (its stdout is its trace: nodes/<node>/stdout.ndjson;
 its stderr goes to node-logs/<node>.log), and the memory and CPU each
 container used (cgroup figures, for the fidelity section). Kept apart from
@@ -28,12 +29,16 @@ def _listed(api: Any, testbed: str, every: bool) -> list[dict[str, Any]]:
 def record_containers(api: Any, testbed: str, run_dir: Path) -> None:
     import docker.errors  # noqa: PLC0415
 
+    listed = _listed(api, testbed, every=True)
+    node_of = {entry["Id"]: (entry.get("Labels") or {}).get(LABEL_NODE) for entry in listed}
+
     def record(entry: dict[str, Any]) -> None:
         node = (entry.get("Labels") or {}).get(LABEL_NODE)
         if not node:
             return
         try:
-            state = api.inspect_container(entry["Id"]).get("State", {})
+            inspected = api.inspect_container(entry["Id"])
+            state = inspected.get("State", {})
             if (nodedir.node_dir(run_dir, node) / PARAMS).is_file():
                 (nodedir.node_dir(run_dir, node) / STDOUT).write_bytes(
                     api.logs(entry["Id"], stdout=True, stderr=False))
@@ -42,9 +47,13 @@ def record_containers(api: Any, testbed: str, run_dir: Path) -> None:
             return
         path = run_dir / "node-logs" / f"{node}.docker.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({k: state.get(k) for k in STATE_KEYS}, indent=1) + "\n")
+        facts = {k: state.get(k) for k in STATE_KEYS}
+        mode = str((inspected.get("HostConfig") or {}).get("NetworkMode") or "")
+        if mode.startswith("container:"):  # an identity packed on a host: whose namespace it is in
+            facts["network_namespace_of"] = node_of.get(mode.removeprefix("container:"), mode)
+        path.write_text(json.dumps(facts, indent=1) + "\n")
 
-    fan_out(record, _listed(api, testbed, every=True), PARALLEL)
+    fan_out(record, listed, PARALLEL)
 
 
 def memory_usage(client: Any, testbed: str) -> dict[str, int]:

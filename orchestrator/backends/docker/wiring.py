@@ -48,6 +48,12 @@ class Placement:
     sysctls: dict[str, str] = field(default_factory=dict)
 
 
+def shares_namespace(container: Any) -> bool:
+    """Whether a container runs in another's network namespace (an identity
+    packed on a host, `identities_per_host`): its host's wiring is its own."""
+    return str((container.attrs.get("HostConfig") or {}).get("NetworkMode") or "").startswith("container:")
+
+
 class Wiring(Protocol):
     kind: str
     subnet: ipaddress.IPv4Network

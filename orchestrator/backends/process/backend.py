@@ -6,6 +6,8 @@ Addresses: Linux routes all of 127.0.0.0/8 to lo, so every node gets its own
 LAN. N (1-254) is derived from the testbed name by hashing and moved on past
 the N of every other testbed recorded in the state directory, so two testbeds
 never collide; node k (1-based) is 127.N.(k // 254).(k % 254 + 1).
+Identities packed on one host (`identities_per_host`) share its address, the
+j-th of them (its own node is 0) on ports PEER_PORT + 2j and CONTROL_PORT + 2j.
 
 Every process is recorded in the state directory (pid, kernel start time,
 command line) right after it is spawned, before anything waits for it, and
@@ -84,7 +86,7 @@ def node_host(octet: int, index: int) -> str:
 
 class ProcessBackend(Backend):
     name = "process"
-    capabilities = Capabilities(kernel_shaping=False, netem=False, partitions=True, pause=True)
+    capabilities = Capabilities(kernel_shaping=False, netem=False, partitions=True, pause=True, shared_hosts=True)
 
     def __init__(self, ctx: BackendContext) -> None:
         super().__init__(ctx)
@@ -115,10 +117,12 @@ class ProcessBackend(Backend):
                 rec.setdefault("backend", self.name)
 
             self.store.update(self.testbed, change)
-        return {
-            name: NodeAddress(node_host(octet, i), PEER_PORT, node_host(octet, i), CONTROL_PORT)
-            for i, name in enumerate(nodes)
-        }
+        index = {name: i for i, name in enumerate(nodes)}
+        addresses = {}
+        for name, (host, slot) in self.host_slots(nodes).items():
+            ip = node_host(octet, index[host])
+            addresses[name] = NodeAddress(ip, PEER_PORT + 2 * slot, ip, CONTROL_PORT + 2 * slot)
+        return addresses
 
     def shaping_capabilities(self) -> ShapingCapabilities:
         return ShapingCapabilities(
