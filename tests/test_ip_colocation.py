@@ -29,6 +29,8 @@ from node.trace.scores import COLUMNS
 from orchestrator.errors import InputError
 from orchestrator.experiment.links import LOOPBACK
 from orchestrator.experiment.spec import parse_experiment
+from orchestrator.backends.docker import own_bridge
+from orchestrator.backends.docker import wiring as docker_wiring
 from orchestrator.backends.registry import backend_class
 from orchestrator.dockerapi.names import LABEL_TESTBED
 from orchestrator.routers.colocation import MAX_PER_HOST, check_packing
@@ -230,14 +232,14 @@ def test_testbed_run_of_a_churned_packed_file_exits_2_before_anything_starts(tmp
     assert not out.exists()
 
 
-def run_packed(tmp_path: Path, backend: str, testbed: str | None = None) -> Path:
+def run_packed(tmp_path: Path, backend: str, testbed: str | None = None, **environ: str) -> Path:
     """PACKED (named `testbed`, if given) through the installed console
     script on a real backend; exit 0."""
     path = tmp_path / "packed.yaml"
     text = PACKED.format(weight=-3.0)
     path.write_text(text.replace("name: packed", f"name: {testbed}") if testbed else text)
     out = tmp_path / "run"
-    env = {**os.environ, "TESTBED_STATE_DIR": str(tmp_path / "state")}
+    env = {**os.environ, "TESTBED_STATE_DIR": str(tmp_path / "state"), **environ}
     env.pop("SPARK_REMOTE", None)
     done = subprocess.run([str(TESTBED), "run", str(path), "--backend", backend, "--out", str(out), "--json"],
                           capture_output=True, text=True, timeout=900, env=env, stdin=subprocess.DEVNULL)
@@ -276,13 +278,18 @@ def test_packed_identities_on_the_process_backend_share_one_address(tmp_path):
 @requires_java
 @pytest.mark.docker
 @pytest.mark.slow
-def test_packed_identities_on_docker_share_their_hosts_namespace(tmp_path):
+@pytest.mark.parametrize("network", docker_wiring.KINDS)
+def test_packed_identities_on_docker_share_their_hosts_namespace(tmp_path, network):
     """On docker a host's identities are containers in its first one's
-    network namespace: one IP, which P6 scores, and `down` leaves nothing."""
+    network namespace: one IP, which P6 scores, and `down` leaves nothing,
+    on either kind of testbed network."""
     import docker
 
+    if network == docker_wiring.OWN_BRIDGE and (why := own_bridge.unavailable()):
+        pytest.skip(why)
     testbed = unique_testbed("packed")
-    run = run_packed(tmp_path, "docker", testbed)
+    run = run_packed(tmp_path, "docker", testbed, **{docker_wiring.ENV: network})
+    assert not [w for w in json.loads((run / "manifest.json").read_text())["warnings"] if "stop failed" in w]
     assert_packed_addresses(run)
     assert assert_p6_recounted(run) > 0
     joined = {n: json.loads((run / "node-logs" / f"{n}.docker.json").read_text()).get("network_namespace_of")
