@@ -66,15 +66,14 @@ def foreign(path: Path) -> set[str]:
 # short of its file's expectation, kept as it ran (never tuned) and
 # explained in docs/attacks.md: the censored target's mesh keeps its sybils
 # in v1.1 too (they deliver every other message first, so its scores rank
-# them high); and at dawn the bad boys rotate through every honest mesh
-# faster than v1.1's P3 activation evicts them. Every other expectation passes.
+# them high). Every other expectation passes. (scale/attack-dawn-100.yaml
+# fails p99 and the mesh share in both variants: docs/attacks.md; in scale/
+# for CI's time, its timing checked by tests/test_attack_dawn.py.)
 EXPECTED_TO_FAIL = {
     ("attack-eclipse-100.yaml", "v1_0"): {"victim_mesh_sybil_fraction_end < 0.5"},
     ("attack-censorship-100.yaml", "v1_0"): {"victim_mesh_sybil_fraction_end < 0.5"},
     ("attack-censorship-100.yaml", "v1_1"): {"victim_mesh_sybil_fraction_end < 0.5"},
     ("attack-eclipse-publishers-100.yaml", "v1_0"): {"victim_mesh_sybil_fraction_end < 0.5"},
-    ("attack-dawn-100.yaml", "v1_0"): {"honest_latency_p99_ms < 3000", "mesh_sybil_fraction_end < 0.5"},
-    ("attack-dawn-100.yaml", "v1_1"): {"honest_latency_p99_ms < 3000", "mesh_sybil_fraction_end < 0.5"},
 }
 
 FILES = sorted(TOPOLOGIES.glob("*.yaml"))
