@@ -207,13 +207,15 @@ class DockerBackend(Backend):
         wiring = self._wiring()
         if container is None:
             container = self._create(config)
+            guest = shares_namespace(container)  # a packed identity: in its host's namespace, wired and shaped with it
         else:
             if container.status in ("running", "paused", "restarting"):
                 raise TestbedError(f"node {node} is already running")
-            if not shares_namespace(container) and not self._attached(node, container):
-                wiring.join(node, container, self.ips[node])  # stopped while cut off: back on the network
+            guest = shares_namespace(container)
+            if not guest and not self._attached(node, container):  # stopped while cut off: back on the network
+                wiring.join(node, container, self.ips[node])
         start_or_explain(node, container)
-        if not shares_namespace(container):  # a packed identity is in its host's namespace, wired and shaped with it
+        if not guest:
             wiring.started(node, container, self.ips[node])
             self.netns.restarted(node)
         if kind_of(config.router).foreign and proxy_needed(self.shaping_capabilities()):
