@@ -6,11 +6,16 @@ says "no data"."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
 
+from analysis.report.charts import _marker_caption
+from analysis.report.data import RunData
 from analysis.report.draw import _draw, svg
-from analysis.report.specs import Edges, GraphChart, Line, Marker, NodeStyle, XYChart
+from analysis.report.specs import NUMBERED_MARKERS, Edges, GraphChart, Line, Marker, NodeStyle, XYChart
+from analysis.rundir import RunDir
 
 
 def xy(chart_id: str, n_lines: int = 4) -> XYChart:
@@ -89,3 +94,25 @@ def test_side_by_side_panel_titles_neither_overlap_nor_run_into_the_heading():
         assert left.x1 <= right.x0  # each title ends before the next begins
     heading = fig._suptitle.get_window_extent(renderer)
     assert all(t.y1 <= heading.y0 for t in titles)
+
+
+def test_a_few_churn_events_are_numbered_lines_and_many_are_ticks_the_caption_counts(tmp_path):
+    def chart(n: int) -> XYChart:
+        marks = tuple(Marker(1.0 + i * 0.01, f"kill n{i}") for i in range(n))
+        return replace(xy("t-churn", n_lines=1), markers=marks)
+
+    few = _draw(chart(NUMBERED_MARKERS)).axes[0]
+    assert len(few.lines) == 1 + NUMBERED_MARKERS  # the series and one dashed line each
+    assert [t.get_text() for t in few.texts] == [str(i) for i in range(1, NUMBERED_MARKERS + 1)]
+    many = _draw(chart(1000)).axes[0]
+    assert len(many.lines) == 1 and not many.texts  # no line or number per event
+    rug = [c for c in many.collections if isinstance(c, LineCollection)]
+    assert len(rug) == 1 and len(rug[0].get_segments()) == 1000
+
+    def run(actions: list[str]) -> RunData:
+        events = [{"kind": "churn", "t_ns": (1 + i) * 10**9, "action": a, "nodes": [f"n{i}"]} for i, a in enumerate(actions)]
+        return RunData(RunDir(tmp_path, tmp_path, [], events=events), {"t0_ns": 0}, {}, 0)
+
+    assert _marker_caption(run(["kill", "restart"])) == "Dashed lines, churn: 1 = kill n0 at 1 s; 2 = restart n1 at 2 s."
+    caption = _marker_caption(run(["kill"] * 600 + ["restart"] * 400))
+    assert caption == "Ticks on the top edge, churn: 1,000 events (600 kill, 400 restart) from 1 to 1000 s; events.jsonl lists each."

@@ -6,6 +6,7 @@ charts over several runs (variants)."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Callable
 
 import numpy as np
@@ -13,7 +14,7 @@ import pandas as pd
 
 from analysis.report.colours import Colours, palette, run_colour
 from analysis.report.data import RunData, churn_marks
-from analysis.report.specs import Bars, BarChart, Figure, Line, Marker, Panels, XYChart
+from analysis.report.specs import NUMBERED_MARKERS, Bars, BarChart, Figure, Line, Marker, Panels, XYChart
 
 # control entries, each its own colour in every chart of the report
 CONTROL = {"graft": "#2ca02c", "prune": "#d62728", "ihave": "#1f77b4", "iwant": "#ff7f0e"}
@@ -34,6 +35,11 @@ def _marker_caption(d: RunData) -> str:
     marks = churn_marks(d)
     if not marks:
         return ""
+    if len(marks) > NUMBERED_MARKERS:
+        actions = Counter(label.split(" ", 1)[0] for _, label in marks)
+        kinds = ", ".join(f"{n:,} {action}" for action, n in sorted(actions.items()))
+        return (f"Ticks on the top edge, churn: {len(marks):,} events ({kinds}) from {marks[0][0]:g} to "
+                f"{marks[-1][0]:g} s; events.jsonl lists each.")
     return "Dashed lines, churn: " + "; ".join(f"{i} = {label} at {x:g} s" for i, (x, label) in enumerate(marks, 1)) + "."
 
 

@@ -3,7 +3,8 @@ the page (docs/report.md says why matplotlib and inline SVG).
 
 One house style for all charts: legends outside the plot area (they never
 cover data), axes labelled with units, churn markers numbered on the top edge
-(the caption says what each is), text kept as text (the page's fonts, smaller
+(the caption says what each is; beyond NUMBERED_MARKERS they are ticks there,
+which the caption counts), text kept as text (the page's fonts, smaller
 files), and output that is the same bytes for the same input (no dates, ids
 salted with the chart's id, which also keeps ids unique within the page).
 """
@@ -24,7 +25,7 @@ from matplotlib.colors import Normalize  # noqa: E402
 from matplotlib.figure import Figure as MplFigure  # noqa: E402
 from matplotlib.ticker import EngFormatter, MaxNLocator  # noqa: E402
 
-from analysis.report.specs import BarChart, Chart, GraphChart, Panels, XYChart  # noqa: E402
+from analysis.report.specs import NUMBERED_MARKERS, BarChart, Chart, GraphChart, Panels, XYChart  # noqa: E402
 
 # Every chart of one kind is drawn at one size (no tight bounding box), so its text reads alike
 WIDTH_IN = 5.0  # a panel: half the page's width
@@ -130,10 +131,14 @@ def _xy(ax, c: XYChart, legend: bool = True) -> None:
         ax.set_ylim(*c.ylim)
     if not drawn:
         _no_data(ax)
-    for i, m in enumerate(c.markers, 1):
-        ax.axvline(m.x, color=MARKER_COLOUR, linestyle=(0, (4, 3)), linewidth=1.0)
-        ax.text(m.x, 1.0, str(i), transform=ax.get_xaxis_transform(), color=MARKER_COLOUR, fontsize=8,
-                ha="center", va="bottom", fontweight="bold")
+    if len(c.markers) > NUMBERED_MARKERS:
+        ax.vlines([m.x for m in c.markers], 0.97, 1.0, transform=ax.get_xaxis_transform(), colors=MARKER_COLOUR,
+                  linewidth=0.6, alpha=0.4, rasterized=len(c.markers) > RASTER_ABOVE)
+    else:
+        for i, m in enumerate(c.markers, 1):
+            ax.axvline(m.x, color=MARKER_COLOUR, linestyle=(0, (4, 3)), linewidth=1.0)
+            ax.text(m.x, 1.0, str(i), transform=ax.get_xaxis_transform(), color=MARKER_COLOUR, fontsize=8,
+                    ha="center", va="bottom", fontweight="bold")
     if legend and any(line.label and not line.label.startswith("_") for line in c.lines if line.xs):
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 

@@ -28,10 +28,16 @@ class Line:
     dashed: bool = False
 
 
+# Up to this many churn events are drawn one dashed line each, numbered and
+# listed in the caption; more (steady churn at scale: a thousand events at
+# 10,000 nodes) are ticks along the top edge, counted in the caption
+NUMBERED_MARKERS = 20
+
+
 @dataclass(frozen=True)
 class Marker:
     """A vertical line at x (a churn event), numbered on the chart and
-    explained in the caption."""
+    explained in the caption; a tick on the top edge beyond NUMBERED_MARKERS."""
 
     x: float
     label: str
