@@ -7,7 +7,9 @@ N-connect 10, per-pair latency uniform 10-150 ms, each message injected
 through 5 random nodes). `--file` takes an experiment file instead, its
 groups' counts scaled to each `--nodes` (split evenly): issue 37's scale run
 is topologies/scale/gossipsub-100k.yaml. `--trace-sample F` runs at the
-sample trace level (docs/simulator.md, "Trace levels"); `--analyse` also
+sample trace level (docs/simulator.md, "Trace levels"); `--trace-hash`
+adds a SHA-256 over the trace files, to show that a change to the simulator
+left its output byte-identical; `--analyse` also
 times the analysis and the report of each run; `--extrapolate N` adds a column for N nodes
 carried on along the line through the two largest sizes measured, marked as
 extrapolated.
@@ -21,6 +23,7 @@ extrapolated.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -72,12 +75,24 @@ def run_one(args: argparse.Namespace, nodes: int) -> dict:
         run_dir = Path(tmp) / "run"
         result = run_simulation(resolved, resolved_to_yaml(resolved, experiment), run_dir, **trace_level(args))
         peak_sim = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        trace_bytes = sum(p.stat().st_size for p in (run_dir / "traces").glob("*.pb"))
-        row = figures(result.summary, nodes, resolve_s, peak_sim, trace_bytes)
+        traces = sorted((run_dir / "traces").glob("*.pb"))
+        row = figures(result.summary, nodes, resolve_s, peak_sim, sum(p.stat().st_size for p in traces))
+        if args.trace_hash:
+            row["trace_sha256"] = traces_digest(traces)
         if args.analyse:
             row.update(analyse(run_dir))
         row["run_dir_mb"] = round(sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file()) / 1e6, 1)
     return row
+
+
+def traces_digest(traces: list[Path]) -> str:
+    """One SHA-256 over every trace file's name and bytes, in name order: two
+    builds of the simulator that give the same digest wrote the same traces."""
+    digest = hashlib.sha256()
+    for path in traces:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def trace_level(args: argparse.Namespace) -> dict:
@@ -147,6 +162,7 @@ def main() -> None:
     parser.add_argument("--file", type=Path, help="an experiment file, its groups scaled to each --nodes")
     parser.add_argument("--trace-sample", type=float, help="trace this fraction of the nodes (default: all)")
     parser.add_argument("--analyse", action="store_true", help="also time the analysis of each run")
+    parser.add_argument("--trace-hash", action="store_true", help="add a SHA-256 over every trace file")
     parser.add_argument("--extrapolate", type=int, help="add a column for this many nodes, extrapolated")
     parser.add_argument("--tmp", default=os.environ.get("TMPDIR"), help="where the run directories go")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
