@@ -9,7 +9,9 @@ groups' counts scaled to each `--nodes` (split evenly): issue 37's scale run
 is topologies/scale/gossipsub-100k.yaml. `--trace-sample F` runs at the
 sample trace level (docs/simulator.md, "Trace levels"); `--trace-hash`
 adds a SHA-256 over the trace files, to show that a change to the simulator
-left its output byte-identical; `--analyse` also
+left its output byte-identical; `--wall-limit S` stops each run after S
+seconds of simulating and reports how far it got and at what rate (for a
+size that does not finish in the time there is); `--analyse` also
 times the analysis and the report of each run; `--extrapolate N` adds a column for N nodes
 carried on along the line through the two largest sizes measured, marked as
 extrapolated.
@@ -95,6 +97,54 @@ def traces_digest(traces: list[Path]) -> str:
     return digest.hexdigest()
 
 
+class _WallLimit(Exception):
+    pass
+
+
+def probe_one(args: argparse.Namespace, nodes: int) -> dict:
+    """A run too long to finish, measured for `--wall-limit` seconds of
+    simulating: how far it got, at what rate, with which memory, and the
+    rate over each tenth of that time (it changes as the run goes from
+    connecting to publishing)."""
+    from orchestrator.experiment.spec import parse_experiment
+    from orchestrator.sim.simulator import WARMUP_S, Simulator
+
+    text = scaled(args.file, nodes) if args.file else EXPERIMENT.format(
+        nodes=nodes, messages=args.messages, interval=args.interval, router=args.router)
+    t0 = time.perf_counter()
+    resolved = parse_experiment(text, str(args.file or "bench.yaml")).resolve()
+    resolve_s = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        t1 = time.perf_counter()
+        sim = Simulator(resolved, Path(tmp) / "traces", lambda *a, **k: None, WARMUP_S, **trace_level(args))
+        build_s = time.perf_counter() - t1
+        rss_built = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        start = time.perf_counter()
+        marks: list[tuple[float, int, float]] = []
+
+        def advance(_ns: int) -> None:
+            wall = time.perf_counter() - start
+            if not marks or wall - marks[-1][0] >= args.wall_limit / 10:
+                marks.append((wall, sim.stats.events, sim.now / 1e9))
+            if wall > args.wall_limit:
+                raise _WallLimit
+
+        try:
+            sim.run(advance)
+            finished = True
+        except _WallLimit:
+            finished = False
+        wall = time.perf_counter() - start
+    windows = [{"wall_s": round(b[0], 1), "simulated_s": round(b[2], 2),
+                "events_per_s": round((b[1] - a[1]) / (b[0] - a[0])) if b[0] > a[0] else None}
+               for a, b in zip(marks, marks[1:])]
+    return {"nodes": nodes, "resolve_s": round(resolve_s, 2), "build_s": round(build_s, 1),
+            "peak_rss_built_mb": round(rss_built, 1), "finished": finished, "sim_wall_s": round(wall, 1),
+            "simulated_s": round(sim.now / 1e9, 3), "end_s": round(sim.end_time() / 1e9, 3),
+            "events": sim.stats.events, "events_per_s": round(sim.stats.events / wall),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), "windows": windows}
+
+
 def trace_level(args: argparse.Namespace) -> dict:
     """run_simulation's trace level: none given (the full level) unless
     --trace-sample, so the bench also runs on code from before the levels."""
@@ -162,6 +212,8 @@ def main() -> None:
     parser.add_argument("--file", type=Path, help="an experiment file, its groups scaled to each --nodes")
     parser.add_argument("--trace-sample", type=float, help="trace this fraction of the nodes (default: all)")
     parser.add_argument("--analyse", action="store_true", help="also time the analysis of each run")
+    parser.add_argument("--wall-limit", type=float,
+                        help="stop simulating after this many seconds and report how far the run got")
     parser.add_argument("--trace-hash", action="store_true", help="add a SHA-256 over every trace file")
     parser.add_argument("--extrapolate", type=int, help="add a column for this many nodes, extrapolated")
     parser.add_argument("--tmp", default=os.environ.get("TMPDIR"), help="where the run directories go")
@@ -169,7 +221,7 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_one(args, args.nodes[0])))
+        print(json.dumps((probe_one if args.wall_limit else run_one)(args, args.nodes[0])))
         return
     rows = []
     for n in args.nodes:
