@@ -141,6 +141,8 @@ def probe_one(args: argparse.Namespace, nodes: int) -> dict:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         wall = time.perf_counter() - start
+        if not finished:  # the trace encoder forked on the other core finishes before its directory goes
+            sim.sink.close()
     windows = [{"wall_s": round(b[0], 1), "simulated_s": round(b[2], 2),
                 "events_per_s": round((b[1] - a[1]) / (b[0] - a[0])) if b[0] > a[0] else None}
                for a, b in zip(marks, marks[1:])]
