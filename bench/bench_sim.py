@@ -35,8 +35,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from orchestrator.experiment.experiment import Experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -64,13 +68,20 @@ def scaled(path: Path, nodes: int) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def run_one(args: argparse.Namespace, nodes: int) -> dict:
-    from orchestrator.experiment.spec import parse_experiment, resolved_to_yaml
-    from orchestrator.sim.run import run_simulation
+def experiment_of(args: argparse.Namespace, nodes: int) -> Experiment:
+    """The experiment a run of `nodes` simulates: --file scaled, else the reference set-up."""
+    from orchestrator.experiment.spec import parse_experiment
 
     text = scaled(args.file, nodes) if args.file else EXPERIMENT.format(
         nodes=nodes, messages=args.messages, interval=args.interval, router=args.router)
-    experiment = parse_experiment(text, str(args.file or "bench.yaml"))
+    return parse_experiment(text, str(args.file or "bench.yaml"))
+
+
+def run_one(args: argparse.Namespace, nodes: int) -> dict:
+    from orchestrator.experiment.spec import resolved_to_yaml
+    from orchestrator.sim.run import run_simulation
+
+    experiment = experiment_of(args, nodes)
     t0 = time.perf_counter()
     resolved = experiment.resolve()
     resolve_s = time.perf_counter() - t0
@@ -107,13 +118,11 @@ def probe_one(args: argparse.Namespace, nodes: int) -> dict:
     simulating: how far it got, at what rate, with which memory, and the
     rate over each tenth of that time (it changes as the run goes from
     connecting to publishing)."""
-    from orchestrator.experiment.spec import parse_experiment
     from orchestrator.sim.simulator import WARMUP_S, Simulator
 
-    text = scaled(args.file, nodes) if args.file else EXPERIMENT.format(
-        nodes=nodes, messages=args.messages, interval=args.interval, router=args.router)
+    experiment = experiment_of(args, nodes)
     t0 = time.perf_counter()
-    resolved = parse_experiment(text, str(args.file or "bench.yaml")).resolve()
+    resolved = experiment.resolve()
     resolve_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         t1 = time.perf_counter()
@@ -228,6 +237,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.wall_limit and args.extrapolate:
+        parser.error("--extrapolate carries finished runs on; --wall-limit stops them before the end")
     if args.child:
         print(json.dumps((probe_one if args.wall_limit else run_one)(args, args.nodes[0])))
         return
@@ -248,18 +259,33 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=1))
         return
+    setup = args.file or f"{args.router}, {args.messages} messages every {args.interval}s"
+    level = f"sample {args.trace_sample}" if args.trace_sample else "full"
+    print_rows(f"simulator: {setup}, trace {level}", rows)
+
+
+def print_rows(title: str, rows: list[dict]) -> None:
+    """The rows as a table, a column per size and a line per figure; below
+    it, on lines of their own, a digest (which a user compares or copies
+    whole) and a probe's windows."""
     from rich.console import Console
     from rich.table import Table
 
-    setup = args.file or f"{args.router}, {args.messages} messages every {args.interval}s"
-    level = f"sample {args.trace_sample}" if args.trace_sample else "full"
-    table = Table(title=f"simulator: {setup}, trace {level}")
+    below = ("trace_sha256", "windows")
+    table = Table(title=title)
     table.add_column("metric", style="bold")
     for row in rows:
         table.add_column(f"{row['nodes']} nodes", justify="right")
     for key in rows[0]:
-        table.add_row(key, *(str(row.get(key, "-")) for row in rows))
+        if key not in below:
+            table.add_row(key, *(str(row.get(key, "-")) for row in rows))
     Console().print(table)
+    for row in rows:
+        if "trace_sha256" in row:
+            print(f"trace_sha256, {row['nodes']} nodes: {row['trace_sha256']}")
+        for window in row.get("windows", ()):
+            print(f"{row['nodes']} nodes, to {window['wall_s']} s of wall time ({window['simulated_s']} s simulated): "
+                  f"{window['events_per_s']} events/s")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 than guessed (issue 37: a million nodes needs three to four times today's
 event rate). The tree is not compiled: this bench builds a compiled copy of
 HEAD and a plain copy in a temporary directory and runs this tree's
-bench_sim.py in both, one size at a time, interpreted first, printing the rates and whether the traces are
-byte-identical.
+bench_sim.py in both, one size at a time, interpreted first, printing the
+rates and whether the traces are byte-identical.
 
 The copy needs two edits mypyc asks for, made here so the tree stays as it
 is: the classes interpreted code subclasses (the routers, their parameters,
@@ -27,6 +27,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_sim import print_rows  # noqa: E402
+
 MYPY = "mypy==1.13.0"
 COMPILED = ("node/engine/api.py", "node/engine/caches.py", "node/engine/pubsub.py", "node/engine/gossipsub.py",
             "node/wire/rpc.py", "orchestrator/sim/simulator.py")
@@ -108,16 +112,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=1))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"simulator, interpreted and compiled with {MYPY}: {args.file}, sample {args.trace_sample}")
-    table.add_column("metric", style="bold")
-    for row in rows:
-        table.add_column(f"{row['nodes']} nodes", justify="right")
-    for key in rows[0]:
-        table.add_row(key, *(str(row[key]) for row in rows))
-    Console().print(table)
+    print_rows(f"simulator, interpreted and compiled with {MYPY}: {args.file}, sample {args.trace_sample}", rows)
 
 
 if __name__ == "__main__":
