@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from node.wire.frozen import frozen
 from node.trace.tree import TreeEvent
 from node.trace.vocab import TraceType
 from node.wire.rpc import (
@@ -45,7 +46,7 @@ def protocol_order(preferred: str, supported: frozenset[str]) -> tuple[str, ...]
     return (preferred, *known, *sorted(rest - set(known)))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TraceEvent:
     """One trace event; `peer` is receivedFrom, sendTo, or the peer added,
     removed, grafted or pruned, depending on the type."""
@@ -60,7 +61,7 @@ class TraceEvent:
     rpc: Rpc | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Output:
     """`dials`: peers the router asks its runtime to connect to (gossipsub
     v1.1 peer exchange and explicit peers); a runtime that cannot dial by

@@ -8,7 +8,7 @@ daemon write them with `TreeFile`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from node.wire.frozen import frozen
 from pathlib import Path
 
 from node.libp2p.identity import peer_id_to_b58
@@ -28,7 +28,7 @@ EVENTS = (DELIVER, MISSING, GRAFT, NEIGHBOR_UP, NEIGHBOR_DOWN)
 RANDOM, NEAR = "random", "near"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TreeEvent:
     """One row of the extension, its time given by the Output it came in.
     `hops` is None where the event has none."""

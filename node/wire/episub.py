@@ -32,6 +32,7 @@ from typing import ClassVar, Union
 
 from google.protobuf.message import DecodeError
 
+from node.wire.frozen import frozen
 from node.wire import rpc as wire
 from node.proto import episub_pb2, rpc_pb2
 from node.wire.rpc import FROM_SEQNO, Message, MessageId, PeerId, WireError, message_id
@@ -39,12 +40,12 @@ from node.wire.rpc import FROM_SEQNO, Message, MessageId, PeerId, WireError, mes
 EPISUB_ID = "/episub/1.0.0"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GetNodes:
     topic: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Nodes:
     """`peers`: the sender's passive view; `ttl`: the JOIN TTL it uses;
     `active` and `random`: its active view and which of it are random links."""
@@ -56,31 +57,31 @@ class Nodes:
     random: tuple[PeerId, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GetTopics:
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Topics:
     topics: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Join:
     topic: str
     peer: PeerId
     ttl: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ForwardJoin:
     topic: str
     peer: PeerId
     ttl: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Neighbor:
     """`peers`: the sender's active view (its length is how many active links
     the sender has); `request`: asks to be accepted (else it accepts, or
@@ -92,19 +93,19 @@ class Neighbor:
     random: bool
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Disconnect:
     topic: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Leave:
     topic: str
     source: PeerId
     ttl: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Shuffle:
     topic: str
     peer: PeerId
@@ -112,13 +113,13 @@ class Shuffle:
     ttl: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ShuffleReply:
     topic: str
     peers: tuple[PeerId, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Gossip:
     """The message's origin (the draft's `source`) is `msg.from_peer`."""
 
@@ -126,24 +127,24 @@ class Gossip:
     msg: Message
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class MessageSummary:
     id: MessageId
     hops: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class IHave:
     topic: str
     summary: tuple[MessageSummary, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Prune:
     topic: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Graft:
     topic: str
     msgs: tuple[MessageId, ...]

@@ -9,7 +9,7 @@ it equal to `len(encode_rpc(rpc))`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from node.wire.frozen import frozen
 
 from google.protobuf.message import DecodeError
 
@@ -19,7 +19,7 @@ PeerId = bytes
 MessageId = bytes
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SubOpts:
     subscribe: bool
     topic: str
@@ -51,7 +51,7 @@ def workload_data(seq: int, size: int) -> bytes:
     return (seq.to_bytes(8, "big") + head * (size // len(head) + 1))[:size]
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@frozen
 class Message:
     """A pubsub message. Empty `from_peer`, `seqno`, `signature` and `key` are
     absent on the wire. `id` is computed once, when the message is built or
@@ -87,23 +87,23 @@ def seqno_bytes(counter: int) -> bytes:
     return counter.to_bytes(8, "big")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class IHave:
     topic: str
     message_ids: tuple[MessageId, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class IWant:
     message_ids: tuple[MessageId, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Graft:
     topic: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Prune:
     """`peers` (peer exchange) and `backoff` (seconds) are gossipsub v1.1's;
     a v1.0 PRUNE has neither."""
@@ -113,14 +113,14 @@ class Prune:
     backoff: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class IDontWant:
     """gossipsub v1.2: the sender already has these messages."""
 
     message_ids: tuple[MessageId, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Control:
     ihave: tuple[IHave, ...] = ()
     iwant: tuple[IWant, ...] = ()
@@ -132,7 +132,7 @@ class Control:
         return not (self.ihave or self.iwant or self.graft or self.prune or self.idontwant)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Rpc:
     subscriptions: tuple[SubOpts, ...] = ()
     publish: tuple[Message, ...] = ()
