@@ -53,6 +53,10 @@ def edit(tree: Path) -> None:
         text = text.replace("from __future__ import annotations\n",
                             "from __future__ import annotations\n\nfrom mypy_extensions import mypyc_attr\n", 1)
         path.write_text(text)
+    for rel in COMPILED:  # mypyc compiles dataclasses natively, with an __init__ of its own: node/wire/frozen.py's is for the interpreter
+        path = tree / rel
+        text = path.read_text().replace("from node.wire.frozen import frozen\n", "from dataclasses import dataclass\n")
+        path.write_text(text.replace("@frozen\n", "@dataclass(frozen=True, slots=True)\n"))
     node = tree / "orchestrator/sim/node.py"
     text, n = re.subn(r"^    engine: Router \| None = None$", "    engine: Any = None", node.read_text(), flags=re.M)
     if n != 1 or "from typing import Any" not in text:

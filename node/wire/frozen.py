@@ -19,11 +19,12 @@ with plain defaults; a class with its own `__init__` keeps it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, TypeVar
+from typing import Any, TypeVar, dataclass_transform
 
 T = TypeVar("T")
 
 
+@dataclass_transform(frozen_default=True)  # type checkers see the dataclass it makes
 def frozen(cls: type[T]) -> type[T]:
     """`@dataclass(frozen=True, slots=True)`, with a cheaper `__init__`."""
     own_init = "__init__" in cls.__dict__
