@@ -53,7 +53,8 @@ def edit(tree: Path) -> None:
         text = text.replace("from __future__ import annotations\n",
                             "from __future__ import annotations\n\nfrom mypy_extensions import mypyc_attr\n", 1)
         path.write_text(text)
-    for rel in COMPILED:  # mypyc compiles dataclasses natively, with an __init__ of its own: node/wire/frozen.py's is for the interpreter
+    # mypyc builds dataclasses natively, with an __init__ of its own: @frozen's is for the interpreter
+    for rel in COMPILED:
         path = tree / rel
         text = path.read_text().replace("from node.wire.frozen import frozen\n", "from dataclasses import dataclass\n")
         path.write_text(text.replace("@frozen\n", "@dataclass(frozen=True, slots=True)\n"))

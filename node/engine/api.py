@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from node.wire.frozen import frozen
 from node.trace.tree import TreeEvent
 from node.trace.vocab import TraceType
+from node.wire.frozen import frozen
 from node.wire.rpc import (
     Control,
     Graft,

@@ -8,11 +8,11 @@ daemon write them with `TreeFile`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from node.wire.frozen import frozen
 from pathlib import Path
 
 from node.libp2p.identity import peer_id_to_b58
 from node.trace.sidefile import CsvSideFile
+from node.wire.frozen import frozen
 from node.wire.rpc import MessageId, PeerId
 
 TREE_DIR = "tree"  # the run directory's folder of tree files

@@ -32,9 +32,9 @@ from typing import ClassVar, Union
 
 from google.protobuf.message import DecodeError
 
-from node.wire.frozen import frozen
 from node.wire import rpc as wire
 from node.proto import episub_pb2, rpc_pb2
+from node.wire.frozen import frozen
 from node.wire.rpc import FROM_SEQNO, Message, MessageId, PeerId, WireError, message_id
 
 EPISUB_ID = "/episub/1.0.0"

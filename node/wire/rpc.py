@@ -9,11 +9,10 @@ it equal to `len(encode_rpc(rpc))`.
 
 from __future__ import annotations
 
-from node.wire.frozen import frozen
-
 from google.protobuf.message import DecodeError
 
 from node.proto import rpc_pb2
+from node.wire.frozen import frozen
 
 PeerId = bytes
 MessageId = bytes
