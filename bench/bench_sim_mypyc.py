@@ -5,11 +5,13 @@ HEAD and a plain copy in a temporary directory and runs this tree's
 bench_sim.py in both, one size at a time, interpreted first, printing the
 rates and whether the traces are byte-identical.
 
-The copy needs two edits mypyc asks for, made here so the tree stays as it
-is: the classes interpreted code subclasses (the routers, their parameters,
-the caches, the simulator) are marked `allow_interpreted_subclasses`, and
-SimNode.engine is typed Any (mypyc would check the Router protocol's
-optional methods at every call). mypy comes from PyPI into a directory of
+The copy needs three edits mypyc asks for, made here so the tree stays as
+it is: the classes interpreted code subclasses (the routers, their
+parameters, the caches, the simulator) are marked
+`allow_interpreted_subclasses`, the compiled modules' `@frozen` classes
+(node/wire/frozen.py) are plain frozen dataclasses again, which mypyc builds
+natively, and SimNode.engine is typed Any (mypyc would check the Router
+protocol's optional methods at every call). mypy comes from PyPI into a directory of
 its own, never into the venv.
 
     .venv/bin/python bench/bench_sim_mypyc.py --nodes 2000 10000
@@ -53,11 +55,12 @@ def edit(tree: Path) -> None:
         text = text.replace("from __future__ import annotations\n",
                             "from __future__ import annotations\n\nfrom mypy_extensions import mypyc_attr\n", 1)
         path.write_text(text)
-    # mypyc builds dataclasses natively, with an __init__ of its own: @frozen's is for the interpreter
-    for rel in COMPILED:
+    for rel in ("node/engine/api.py", "node/wire/rpc.py"):  # the compiled modules with @frozen classes
         path = tree / rel
-        text = path.read_text().replace("from node.wire.frozen import frozen\n", "from dataclasses import dataclass\n")
-        path.write_text(text.replace("@frozen\n", "@dataclass(frozen=True, slots=True)\n"))
+        text, n = re.subn(r"^@frozen$", "@dataclass(frozen=True, slots=True)", path.read_text(), flags=re.M)
+        if n == 0 or "from node.wire.frozen import frozen\n" not in text:
+            raise SystemExit(f"{rel}: no @frozen class; the bench's edits are out of date")
+        path.write_text(text.replace("from node.wire.frozen import frozen\n", "from dataclasses import dataclass\n"))
     node = tree / "orchestrator/sim/node.py"
     text, n = re.subn(r"^    engine: Router \| None = None$", "    engine: Any = None", node.read_text(), flags=re.M)
     if n != 1 or "from typing import Any" not in text:

@@ -54,12 +54,14 @@ def test_its_init_takes_the_arguments_the_standard_one_does() -> None:
         Point(1, z=3)  # type: ignore[call-arg]
 
 
-def test_a_default_is_the_same_object_each_time() -> None:
+def test_a_default_is_the_object_given_not_a_copy() -> None:
+    given = object()
+
     @frozen
     class Holder:
-        items: tuple[int, ...] = ()
+        item: object = given
 
-    assert Holder().items is Holder().items is ()
+    assert Holder().item is given and Holder(1).item == 1
 
 
 def test_a_class_with_its_own_init_keeps_it() -> None:

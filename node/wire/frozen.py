@@ -35,6 +35,7 @@ def frozen(cls: type[T]) -> type[T]:
         raise TypeError(f"@frozen {cls.__qualname__}: __post_init__ is not supported")
     params, stores = [], []
     namespace: dict[str, Any] = {}
+    annotations: dict[str, Any] = {}
     for i, f in enumerate(dataclasses.fields(made)):
         if not f.init or f.kw_only or f.default_factory is not dataclasses.MISSING:
             raise TypeError(f"@frozen {cls.__qualname__}.{f.name}: only plain fields with plain defaults")
@@ -45,11 +46,12 @@ def frozen(cls: type[T]) -> type[T]:
             params.append(f"{f.name}=_default_{i}")
         namespace[f"_store_{i}"] = made.__dict__[f.name].__set__
         stores.append(f"    _store_{i}(self, {f.name})")
+        annotations[f.name] = f.type
     source = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(stores or ["    pass"]) + "\n"
     exec(source, namespace)  # as dataclasses itself makes __init__
     init = namespace["__init__"]
     init.__qualname__ = f"{made.__qualname__}.__init__"
     init.__module__ = made.__module__
-    init.__annotations__ = {**{f.name: f.type for f in dataclasses.fields(made)}, "return": None}
+    init.__annotations__ = {**annotations, "return": None}
     made.__init__ = init
     return made
