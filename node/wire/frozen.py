@@ -12,6 +12,10 @@ before, and built in about half the time (1.3 against 2.4 us for a trace
 event), which makes the simulator 1.13-1.19 times as fast with the same
 traces (docs/simulator.md, "Performance").
 
+On PyPy the standard decorator's `__init__` costs next to nothing (the JIT
+sees through `object.__setattr__`) and the descriptor calls made here would
+cost a quarter of a microsecond, so there it is the standard decorator.
+
 Only what these value types use is supported: positional-or-keyword fields
 with plain defaults; a class with its own `__init__` keeps it.
 """
@@ -19,6 +23,7 @@ with plain defaults; a class with its own `__init__` keeps it.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, TypeVar, dataclass_transform
 
 T = TypeVar("T")
@@ -27,6 +32,8 @@ T = TypeVar("T")
 @dataclass_transform(frozen_default=True)  # type checkers see the dataclass it makes
 def frozen(cls: type[T]) -> type[T]:
     """`@dataclass(frozen=True, slots=True)`, with a cheaper `__init__`."""
+    if sys.implementation.name == "pypy":  # its JIT removes the setattr calls; the stores here would stay
+        return dataclasses.dataclass(frozen=True, slots=True)(cls)
     own_init = "__init__" in cls.__dict__
     made: Any = dataclasses.dataclass(frozen=True, slots=True, init=not own_init)(cls)
     if own_init:
