@@ -1,7 +1,9 @@
 """The base the router image is built on: python:3.11-slim where it is
 present or can be pulled, else a Debian bookworm rootfs bootstrapped locally
 with debootstrap and `docker import`ed (machines with no registry). The
-rootfs tarball is kept in the cache, so the next import is fast.
+rootfs tarball is kept in the cache, so the next import is fast. The same
+debootstrap makes other Debian bases by their `Rootfs` (the simulator's
+PyPy image is built on trixie, orchestrator/pypy/image.py).
 
 Order in `--base auto`: python:3.11-slim already present; our debootstrapped
 base already present; a pull of python:3.11-slim (short timeout); debootstrap.
@@ -18,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +31,21 @@ from orchestrator.progress import Reporter
 
 BASE_REPO = "gossip-testbed/base"
 SLIM = "python:3.11-slim"
-# The rootfs debootstrap builds: minbase + python3 (3.11 in bookworm) + iproute2
-# (tc/ip inside the image, for `docker exec` debugging; the backend shapes from
-# the host with nsenter and does not need them).
-DEBIAN_SUITE = "bookworm"
-DEBIAN_INCLUDE = ("python3", "iproute2")
+
+
+@dataclass(frozen=True)
+class Rootfs:
+    """A Debian rootfs debootstrap builds (minbase plus `include`), imported as
+    gossip-testbed/base:<suite>-<hash>."""
+
+    suite: str
+    include: tuple[str, ...]
+
+
+# The routers' base: python3 (3.11 in bookworm) + iproute2 (tc/ip inside the
+# image, for `docker exec` debugging; the backend shapes from the host with
+# nsenter and does not need them).
+ROUTER_ROOTFS = Rootfs("bookworm", ("python3", "iproute2"))
 DEBIAN_MIRROR = os.environ.get("TESTBED_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 TRIM_VERSION = 1  # bump when _trim_rootfs changes, so the cached base is rebuilt
 PULL_TIMEOUT_S = 20.0
@@ -88,11 +101,11 @@ def prune_older(client: Any, repo: str, keep_id: str, reporter: Reporter,
             continue  # in use by a container (a running testbed): keep it
 
 
-def debootstrap_base_tag() -> str:
+def debootstrap_base_tag(rootfs: Rootfs = ROUTER_ROOTFS) -> str:
     key = hashlib.sha256(
-        json.dumps([DEBIAN_SUITE, "minbase", DEBIAN_INCLUDE, TRIM_VERSION, platform.machine()]).encode()
+        json.dumps([rootfs.suite, "minbase", rootfs.include, TRIM_VERSION, platform.machine()]).encode()
     ).hexdigest()[:12]
-    return f"{BASE_REPO}:{DEBIAN_SUITE}-{key}"
+    return f"{BASE_REPO}:{rootfs.suite}-{key}"
 
 
 def resolve_base(client: Any, base: str, reporter: Reporter) -> tuple[str, str]:
@@ -114,7 +127,7 @@ def resolve_base(client: Any, base: str, reporter: Reporter) -> tuple[str, str]:
                 + " (use --base debootstrap to bootstrap one from Debian's packages)"
             )
     try:
-        return debootstrap_base_tag(), _debootstrap_base(client, reporter)
+        return debootstrap_base_tag(), debootstrapped_base(client, reporter)
     except TestbedError as exc:
         tried.append(str(exc))
         raise BackendUnavailable(
@@ -162,11 +175,16 @@ def _pull_with_timeout(ref: str, timeout: float) -> tuple[bool, str]:
     return False, box.get("error", "unknown error")
 
 
-def _debootstrap_base(client: Any, reporter: Reporter) -> str:
-    tag = debootstrap_base_tag()
+def debootstrapped_base(client: Any, reporter: Reporter, rootfs: Rootfs = ROUTER_ROOTFS) -> str:
+    """The id of the image of `rootfs`, imported from the cached tarball, or
+    debootstrapped first when there is none."""
+    tag = debootstrap_base_tag(rootfs)
+    image = image_or_none(client, tag)
+    if image is not None:
+        return image.id
     tarball = cache_dir() / "base" / f"{tag.split(':', 1)[1]}.tar"
     if not tarball.exists():
-        _debootstrap_tarball(tarball, reporter)
+        _debootstrap_tarball(tarball, reporter, rootfs)
     reporter.note(f"importing {tarball.name} as {tag}")
     repo, _, version = tag.partition(":")
     try:
@@ -182,7 +200,7 @@ def _debootstrap_base(client: Any, reporter: Reporter) -> str:
     return image.id
 
 
-def _debootstrap_tarball(tarball: Path, reporter: Reporter) -> None:
+def _debootstrap_tarball(tarball: Path, reporter: Reporter, rootfs: Rootfs) -> None:
     exe = shutil.which("debootstrap") or next(
         (p for p in ("/usr/sbin/debootstrap", "/sbin/debootstrap") if Path(p).exists()), None
     )
@@ -192,10 +210,10 @@ def _debootstrap_tarball(tarball: Path, reporter: Reporter) -> None:
         raise TestbedError("debootstrap needs root to build the base image (run once as root)")
     tarball.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="rootfs-", dir=tarball.parent) as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        cmd = [exe, "--variant=minbase", "--include=" + ",".join(DEBIAN_INCLUDE),
-               DEBIAN_SUITE, str(rootfs), DEBIAN_MIRROR]
-        reporter.note(f"debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR} (about a minute)")
+        root = Path(tmp) / "rootfs"
+        cmd = [exe, "--variant=minbase", "--include=" + ",".join(rootfs.include),
+               rootfs.suite, str(root), DEBIAN_MIRROR]
+        reporter.note(f"debootstrap {rootfs.suite} from {DEBIAN_MIRROR} (about a minute)")
         tail: list[str] = []
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
@@ -208,14 +226,14 @@ def _debootstrap_tarball(tarball: Path, reporter: Reporter) -> None:
                 reporter.note("debootstrap: " + line[3:])
         if proc.wait() != 0:
             raise TestbedError(
-                f"debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR} failed (exit {proc.returncode}):\n"
+                f"debootstrap {rootfs.suite} from {DEBIAN_MIRROR} failed (exit {proc.returncode}):\n"
                 + "\n".join(tail)
             )
-        _trim_rootfs(rootfs)
+        _trim_rootfs(root)
         reporter.note(f"packing the rootfs into {tarball}")
         partial = tarball.with_suffix(".tar.partial")
         result = subprocess.run(
-            ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(partial), "."],
+            ["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."],
             capture_output=True, text=True,
         )
         if result.returncode != 0:

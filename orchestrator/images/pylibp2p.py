@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,8 +28,9 @@ from typing import Any
 
 from orchestrator.dockerapi.client import cache_dir
 from orchestrator.dockerapi.names import LABEL
-from orchestrator.errors import BackendUnavailable, TestbedError
-from orchestrator.images.router import PYTHON_VERSION, build_lock, pip_platforms
+from orchestrator.errors import BackendUnavailable
+from orchestrator.images.router import PYTHON_VERSION, build_lock
+from orchestrator.images.wheels import pip_install_target, pip_platforms
 from orchestrator.images.base import build_context, image_or_none, prune_older, resolve_base
 from orchestrator.progress import Reporter
 
@@ -110,19 +110,10 @@ def _site_packages(reporter: Reporter) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     root.parent.mkdir(parents=True, exist_ok=True)
     reporter.note(f"installing {LOCK.relative_to(REPO_ROOT)} for the image (PyPI; a few packages build from source)")
-    cmd = [
-        sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-        "--no-compile", "--require-hashes", "--target", str(root),
-        "--python-version", PYTHON_VERSION, "--implementation", "cp",
-        "--abi", "cp" + PYTHON_VERSION.replace(".", ""), "--abi", "abi3", "--abi", "none",
-        "--cache-dir", str(cache_dir() / "pip"), "-r", str(LOCK),
-    ]
-    for plat in pip_platforms():
-        cmd += ["--platform", plat]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        shutil.rmtree(root, ignore_errors=True)
-        raise TestbedError(f"could not install {LOCK.name} for the py-libp2p image:\n{result.stderr.strip()[-2000:]}")
+    pip_install_target(
+        root, ["--require-hashes", "--python-version", PYTHON_VERSION, "--implementation", "cp",
+               "--abi", "cp" + PYTHON_VERSION.replace(".", ""), "--abi", "abi3", "--abi", "none"],
+        ["-r", str(LOCK)], f"could not install {LOCK.name} for the py-libp2p image")
     shutil.rmtree(root / "bin", ignore_errors=True)
     for cache in root.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)

@@ -26,7 +26,6 @@ import json
 import platform
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ from orchestrator.dockerapi.client import cache_dir, docker_client
 from orchestrator.dockerapi.names import LABEL
 from orchestrator.errors import InputError, TestbedError
 from orchestrator.images.base import SLIM, build_context, image_or_none, local_base, prune_older, resolve_base
+from orchestrator.images.wheels import pip_install_target, pip_platforms
 from orchestrator.progress import Reporter
 
 IMAGE_REPO = "gossip-testbed/node"
@@ -209,12 +209,6 @@ def _canon(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def pip_platforms() -> list[str]:
-    machine = platform.machine()
-    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
-    return [f"manylinux_2_28_{arch}", f"manylinux2014_{arch}", f"manylinux_2_17_{arch}"]
-
-
 def _site_packages(deps: tuple[str, ...], reporter: Reporter) -> Path:
     """The dependencies installed for the image's Python, cached by their pins."""
     key = hashlib.sha256(
@@ -227,23 +221,10 @@ def _site_packages(deps: tuple[str, ...], reporter: Reporter) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     root.parent.mkdir(parents=True, exist_ok=True)
     reporter.note(f"downloading wheels for the image: {' '.join(deps)}")
-    cmd = [
-        sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-        "--no-deps", "--no-compile", "--target", str(root), "--only-binary=:all:",
-        "--python-version", PYTHON_VERSION, "--implementation", "cp",
-        "--abi", "cp" + PYTHON_VERSION.replace(".", ""),
-        "--cache-dir", str(cache_dir() / "pip"),
-    ]
-    for plat in pip_platforms():
-        cmd += ["--platform", plat]
-    cmd += list(deps)
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        shutil.rmtree(root, ignore_errors=True)
-        raise TestbedError(
-            "could not fetch the router's dependencies for the image from PyPI "
-            f"({' '.join(deps)}):\n{result.stderr.strip()[-2000:]}"
-        )
+    pip_install_target(
+        root, ["--only-binary=:all:", "--python-version", PYTHON_VERSION, "--implementation", "cp",
+               "--abi", "cp" + PYTHON_VERSION.replace(".", "")], list(deps),
+        f"could not fetch the router's dependencies for the image from PyPI ({' '.join(deps)})")
     shutil.rmtree(root / "bin", ignore_errors=True)
     for cache in root.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
