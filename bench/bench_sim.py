@@ -9,7 +9,9 @@ groups' counts scaled to each `--nodes` (split evenly): issue 37's scale run
 is topologies/scale/gossipsub-100k.yaml. `--trace-sample F` runs at the
 sample trace level (docs/simulator.md, "Trace levels"); `--trace-hash`
 adds a SHA-256 over the trace files, to show that a change to the simulator
-left its output byte-identical; `--wall-limit S` stops each run after S
+left its output byte-identical; `--pypy` simulates on PyPy as `testbed sim
+--pypy` does (peak_rss_mb is then the simulating container's, and
+peak_rss_host_mb this process', which resolved the experiment); `--wall-limit S` stops each run after S
 seconds of simulating and reports how far it got and at what rate (for a
 size that does not finish in the time there is); `--analyse` also
 times the analysis and the report of each run; `--extrapolate N` adds a column for N nodes
@@ -79,6 +81,7 @@ def experiment_of(args: argparse.Namespace, nodes: int) -> Experiment:
 
 def run_one(args: argparse.Namespace, nodes: int) -> dict:
     from orchestrator.experiment.spec import resolved_to_yaml
+    from orchestrator.pypy.run import run_simulation_on_pypy
     from orchestrator.sim.run import run_simulation
 
     experiment = experiment_of(args, nodes)
@@ -87,10 +90,15 @@ def run_one(args: argparse.Namespace, nodes: int) -> dict:
     resolve_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         run_dir = Path(tmp) / "run"
-        result = run_simulation(resolved, resolved_to_yaml(resolved, experiment), run_dir, **trace_level(args))
-        peak_sim = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        simulate = run_simulation_on_pypy if args.pypy else run_simulation
+        result = simulate(resolved, resolved_to_yaml(resolved, experiment), run_dir, **trace_level(args))
+        peak_here = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         traces = sorted((run_dir / "traces").glob("*.pb"))
-        row = figures(result.summary, nodes, resolve_s, peak_sim, sum(p.stat().st_size for p in traces))
+        row = figures(result.summary, nodes, resolve_s, result.peak_rss_mb or peak_here,
+                      sum(p.stat().st_size for p in traces))
+        if args.pypy:  # the host held the resolved experiment meanwhile
+            row["interpreter"] = "PyPy"
+            row["peak_rss_host_mb"] = round(peak_here, 1)
         if args.trace_hash:
             row["trace_sha256"] = traces_digest(traces)
         if args.analyse:
@@ -232,6 +240,8 @@ def main() -> None:
     parser.add_argument("--wall-limit", type=float,
                         help="stop simulating after this many seconds and report how far the run got")
     parser.add_argument("--trace-hash", action="store_true", help="add a SHA-256 over every trace file")
+    parser.add_argument("--pypy", action="store_true",
+                        help="simulate on PyPy (testbed sim --pypy; the experiment is resolved here)")
     parser.add_argument("--extrapolate", type=int, help="add a column for this many nodes, extrapolated")
     parser.add_argument("--tmp", default=os.environ.get("TMPDIR"), help="where the run directories go")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -239,6 +249,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.wall_limit and args.extrapolate:
         parser.error("--extrapolate carries finished runs on; --wall-limit stops them before the end")
+    if args.wall_limit and args.pypy:
+        parser.error("--wall-limit probes the simulator in this process; --pypy runs it in a container")
     if args.child:
         print(json.dumps((probe_one if args.wall_limit else run_one)(args, args.nodes[0])))
         return

@@ -32,21 +32,29 @@ def build(
         OURS, "--router",
         help=f"Whose image: {OURS} (our routers) or a foreign adapter ({', '.join(ADAPTERS)}).",
     ),
+    pypy: bool = typer.Option(
+        False, "--pypy", help="Build the simulator's PyPy image (`testbed sim --pypy`) instead of a router image.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Build a router image (a no-op when nothing changed)."""
+    """Build a router image, or the simulator's PyPy image (a no-op when nothing changed)."""
     if base not in BASES:
         raise typer.BadParameter(f"choose one of {', '.join(BASES)}", param_hint="--base")
     if router != OURS and router not in ADAPTERS:
         raise typer.BadParameter(f"choose one of {', '.join([OURS, *ADAPTERS])} (a bare contract image is built "
                                  "with docker build, docs/foreign-routers.md)", param_hint="--router")
+    if pypy and router != OURS:
+        raise typer.BadParameter("--pypy builds the simulator's image, not a router's: drop --router",
+                                 param_hint="--pypy")
     started = time.monotonic()
     reporter = Reporter() if as_json else RichReporter(Console(stderr=True))
-    if router != OURS:
-        with reporter.phase(f"building the {router} image"):
-            tag = _foreign_tag(router, reporter)
+    if pypy or router != OURS:
+        what = "simulator's PyPy" if pypy else router
+        with reporter.phase(f"building the {what} image"):
+            tag = _pypy_tag(reporter) if pypy else _foreign_tag(router, reporter)
         if as_json:
-            typer.echo(json.dumps({"router": router, "tag": tag, "seconds": round(time.monotonic() - started, 3)}))
+            typer.echo(json.dumps({"router": None if pypy else router, "tag": tag,
+                                   "seconds": round(time.monotonic() - started, 3)}))
         else:
             console.print(f"ready: [bold]{tag}[/] ({time.monotonic() - started:.1f}s)")
         return
@@ -66,6 +74,17 @@ def _foreign_tag(router: str, reporter: Reporter) -> str:
     client = docker_client(timeout=600)
     try:
         return kind_of(router).build_image(client, reporter)
+    finally:
+        client.close()
+
+
+def _pypy_tag(reporter: Reporter) -> str:
+    from orchestrator.dockerapi.client import docker_client  # noqa: PLC0415
+    from orchestrator.pypy.image import build_pypy_image  # noqa: PLC0415
+
+    client = docker_client(timeout=600)
+    try:
+        return build_pypy_image(client, reporter)
     finally:
         client.close()
 

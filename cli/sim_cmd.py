@@ -31,12 +31,17 @@ def sim(
         help="Trace only this fraction of the nodes (a seeded sample, 0 < F < 1), plus exact per-node event "
              "counts for all of them (counters.csv); default: every node's full trace.",
     )] = None,
+    pypy: Annotated[bool, typer.Option(
+        "--pypy", help="Simulate on PyPy, in the gossip-testbed/pypy image (`testbed image build --pypy`): "
+                       "the same traces, byte for byte, in about half the time at scale.",
+    )] = False,
 ) -> None:
     """Simulate an experiment on a virtual clock (deterministic for a seed)."""
     from orchestrator.errors import InputError
     from orchestrator.routers.kinds import refuse_in_simulator
     from orchestrator.sim.trace_level import TraceLevel
     from orchestrator.sim.run import run_simulation
+    from orchestrator.pypy.run import run_simulation_on_pypy
 
     try:
         level = TraceLevel(trace_sample)
@@ -47,9 +52,10 @@ def sim(
     for run in plan.runs:
         refuse_in_simulator(run.resolved.nodes)
     reporter = Reporter() if as_json else RichReporter(Console(stderr=True))
+    simulate = run_simulation_on_pypy if pypy else run_simulation
     summaries: dict[str, dict] = {}
     for run in plan.runs:
-        result = run_simulation(run.resolved, run.resolved_yaml, run.run_dir, reporter, level)
+        result = simulate(run.resolved, run.resolved_yaml, run.run_dir, reporter, level)
         summaries[run.variant or run.resolved.name] = result.summary
     outcome = finish_runs(plan) if report else None
     if as_json:
