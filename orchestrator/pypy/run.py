@@ -9,7 +9,8 @@ read-write at its own, so every path a run writes is the one the host sees,
 and the worker runs as the host's user, so what it writes is the user's.
 No network: the simulator needs none. PYPY_GC_* settings in the host's
 environment reach PyPy's collector. The worker's progress lines are
-replayed on the host's reporter; an interrupted run kills the container.
+replayed on the host's reporter; an interrupted run kills the container, and one whose CLI was
+killed outright is `testbed gc`'s to remove (testbed label "sim-pypy").
 
 The traces are byte-identical with CPython's (tests/test_sim_pypy.py holds
 that); the manifest's `interpreter` says which ran.
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.dockerapi.client import cache_dir, docker_client
-from orchestrator.dockerapi.names import LABEL
+from orchestrator.dockerapi.names import LABEL, LABEL_TESTBED
 from orchestrator.errors import BackendUnavailable, TestbedError
 from orchestrator.experiment.model import ResolvedExperiment
 from orchestrator.pypy.image import SITE, pypy_image_tag
@@ -35,6 +36,9 @@ from orchestrator.sim.trace_level import TraceLevel
 from orchestrator.pypy.worker import Replay, Request
 
 ROOT = Path(__file__).resolve().parents[2]
+# The containers' testbed label: none is left behind by a finished or
+# interrupted run, and `testbed gc` finds one whose CLI was killed.
+SIM_TESTBED = "sim-pypy"
 
 
 def run_simulation_on_pypy(
@@ -64,7 +68,7 @@ def run_simulation_on_pypy(
             container = client.containers.run(
                 tag, ["pypy3", "-m", "orchestrator.pypy.worker", "/request.pickle"], detach=True,
                 network_mode="none", working_dir=str(ROOT), user=f"{os.getuid()}:{os.getgid()}",
-                hostname=platform.node(), labels={LABEL: "1"},
+                hostname=platform.node(), labels={LABEL: "1", LABEL_TESTBED: SIM_TESTBED},
                 environment={"PYTHONPATH": f"{ROOT}:{SITE}", "HOME": "/tmp", **_gc_settings()},
                 volumes={str(ROOT): {"bind": str(ROOT), "mode": "ro"},
                          str(run_dir): {"bind": str(run_dir), "mode": "rw"},
