@@ -9,8 +9,9 @@ read-write at its own, so every path a run writes is the one the host sees,
 and the worker runs as the host's user, so what it writes is the user's.
 No network: the simulator needs none. PYPY_GC_* settings in the host's
 environment reach PyPy's collector. The worker's progress lines are
-replayed on the host's reporter; an interrupted run kills the container, and one whose CLI was
-killed outright is `testbed gc`'s to remove (testbed label "sim-pypy").
+replayed on the host's reporter; an interrupted run kills the container,
+and one whose CLI was killed outright is `testbed gc`'s to remove (testbed
+label "sim-pypy").
 
 The traces are byte-identical with CPython's (tests/test_sim_pypy.py holds
 that); the manifest's `interpreter` says which ran.
