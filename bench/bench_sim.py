@@ -11,8 +11,8 @@ sample trace level (docs/simulator.md, "Trace levels"); `--trace-hash`
 adds a SHA-256 over the trace files, to show that a change to the simulator
 left its output byte-identical; `--pypy` simulates on PyPy as `testbed sim
 --pypy` does (peak_rss_mb is then the simulating container's, and
-peak_rss_host_mb this process', which resolved the experiment); `--wall-limit S` stops each run after S
-seconds of simulating and reports how far it got and at what rate (for a
+peak_rss_host_mb this process', which resolved the experiment);
+`--wall-limit S` stops each run after S seconds of simulating and reports how far it got and at what rate (for a
 size that does not finish in the time there is); `--analyse` also
 times the analysis and the report of each run; `--extrapolate N` adds a column for N nodes
 carried on along the line through the two largest sizes measured, marked as

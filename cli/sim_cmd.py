@@ -41,7 +41,6 @@ def sim(
     from orchestrator.routers.kinds import refuse_in_simulator
     from orchestrator.sim.trace_level import TraceLevel
     from orchestrator.sim.run import run_simulation
-    from orchestrator.pypy.run import run_simulation_on_pypy
 
     try:
         level = TraceLevel(trace_sample)
@@ -52,7 +51,11 @@ def sim(
     for run in plan.runs:
         refuse_in_simulator(run.resolved.nodes)
     reporter = Reporter() if as_json else RichReporter(Console(stderr=True))
-    simulate = run_simulation_on_pypy if pypy else run_simulation
+    simulate = run_simulation
+    if pypy:
+        from orchestrator.pypy.run import run_simulation_on_pypy  # the image and Docker's SDK: only with --pypy
+
+        simulate = run_simulation_on_pypy
     summaries: dict[str, dict] = {}
     for run in plan.runs:
         result = simulate(run.resolved, run.resolved_yaml, run.run_dir, reporter, level)

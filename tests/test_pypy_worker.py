@@ -59,3 +59,14 @@ def test_a_phase_cut_off_by_a_dying_worker_is_closed_on_the_host():
     replay.close()
     assert host.calls == [("phase", "simulating", 100), ("advance", 5), ("end", "simulating")]
     assert replay.result is None
+
+
+def test_a_nested_phase_ends_alone_and_the_outer_one_goes_on():
+    host = Recording()
+    replay = Replay(host)
+    for line in ('{"phase": "outer", "total": null}', '{"phase": "inner", "total": 2}', '{"advance": 2}',
+                 '{"end": "inner"}', '{"advance": 1}', '{"end": "outer"}'):
+        replay.line(line)
+    replay.close()
+    assert host.calls == [("phase", "outer", None), ("phase", "inner", 2), ("advance", 2), ("end", "inner"),
+                          ("advance", 1), ("end", "outer")]

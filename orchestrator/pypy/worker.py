@@ -2,7 +2,7 @@
 `pypy3 -m orchestrator.pypy.worker REQUEST` runs `run_simulation` on what the
 host resolved and tells the host how it goes, one JSON document per line on
 stdout. The lines are the progress protocol's calls (orchestrator/progress.py)
-and, last, the result; `replay` turns them back into calls on the host's
+and, last, the result; `Replay` turns them back into calls on the host's
 reporter. Both ends are here so the protocol is in one place.
 
 The request is a pickle of `Request`: the experiment resolved on the host
@@ -66,8 +66,7 @@ class Replay:
     def __init__(self, reporter: Reporter) -> None:
         self.reporter = reporter
         self.result: dict[str, Any] | None = None
-        self._phases = contextlib.ExitStack()
-        self._advance: Callable[[int], None] = lambda n=1: None
+        self._phases: list[tuple[contextlib.AbstractContextManager, Callable[[int], None]]] = []  # innermost last
 
     def line(self, text: str) -> None:
         try:
@@ -75,19 +74,23 @@ class Replay:
         except ValueError:
             doc = {"note": text}  # the interpreter's own output (a warning): shown as it is
         if "phase" in doc:
-            self._advance = self._phases.enter_context(self.reporter.phase(doc["phase"], doc["total"]))
+            phase = self.reporter.phase(doc["phase"], doc["total"])
+            self._phases.append((phase, phase.__enter__()))
         elif "advance" in doc:
-            self._advance(doc["advance"])
+            if self._phases:
+                self._phases[-1][1](doc["advance"])
         elif "end" in doc:
-            self._phases.close()
-            self._advance = lambda n=1: None
+            if self._phases:
+                self._phases.pop()[0].__exit__(None, None, None)
         elif "note" in doc:
             self.reporter.note(doc["note"])
         elif "result" in doc:
             self.result = doc["result"]
 
     def close(self) -> None:
-        self._phases.close()
+        """Ends the phases a worker that died left open, innermost first."""
+        while self._phases:
+            self._phases.pop()[0].__exit__(None, None, None)
 
 
 def main(argv: list[str]) -> int:

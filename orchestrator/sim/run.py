@@ -63,7 +63,8 @@ def run_simulation(
         t0_ns=0, workload_t0_ns=sim.warmup, started_at=started_at, shaping_path="virtual", netem_available=None,
         shaping_detail="latency, jitter, loss and uplink serialization modelled by the simulator",
         nodes=len(resolved.nodes), warnings=warnings, wall_time_s=round(wall, 3), events_processed=stats.events,
-        python=platform.python_version(), interpreter=platform.python_implementation(), **wire_facts(resolved), sim_summary=summary,
+        python=platform.python_version(), interpreter=platform.python_implementation(),
+        **wire_facts(resolved), sim_summary=summary,
         trace=trace_facts(trace_level, sim.traced, len(resolved.nodes)),
     ))
     writer.close()
